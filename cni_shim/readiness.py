@@ -1,0 +1,87 @@
+"""Is the daemon there? ``/readyz`` polling before ADD/CHECK/GC/STATUS, one ``/healthz`` for DEL.
+
+ADD waits (a daemon that is starting up should delay pod creation, not fail it) but DEL does
+not wait on readiness: a draining daemon answers ``/readyz`` with 500 after SIGTERM yet must
+still tear pods down, so DEL only asks ``/healthz`` once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cni_shim import transport, wire
+from cni_shim.errors import INTERNAL, CNIError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+READYZ = "/readyz"
+HEALTHZ = "/healthz"
+POLL_INTERVAL = 0.1
+"""Upstream ``APIReadyPollDuration``."""
+POLL_TIMEOUT = 60.0
+"""Upstream ``APIReadyPollTimeout``."""
+PROBE_TIMEOUT = 2.0
+"""Bound on one probe, so a daemon that accepts but never answers cannot stall the poll."""
+TIMEOUT_ENV = "MULTUS_SHIM_READY_TIMEOUT"
+"""TEST-ONLY override of :data:`POLL_TIMEOUT`, in seconds (tests use it to fail fast)."""
+
+_NULL_BODY = b"null"  # upstream marshals its nil request
+
+
+def probe(socket_path: str, path: str, timeout: float | None = PROBE_TIMEOUT) -> None:
+    """One ``POST <path>`` with body ``null``; raise unless the answer is 200."""
+    status, _, body = transport.post(socket_path, path, _NULL_BODY, timeout=timeout)
+    if status != 200:
+        raise wire.decode_error_body(status, body)
+
+
+def wait_until_ready(
+    socket_path: str,
+    timeout: float = POLL_TIMEOUT,
+    interval: float = POLL_INTERVAL,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Poll ``/readyz`` immediately, then every ``interval``; give up after ``timeout``.
+
+    Transport errors and non-200 answers both mean "not ready yet". The failure text is
+    apimachinery's ``timed out waiting for the condition``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            probe(socket_path, READYZ, timeout=max(min(PROBE_TIMEOUT, remaining), 0.001))
+        except (transport.TransportError, CNIError):
+            pass
+        else:
+            return
+        if time.monotonic() + interval > deadline:
+            raise CNIError(INTERNAL, "timed out waiting for the condition")
+        sleep(interval)
+
+
+def check_now(socket_path: str) -> None:
+    """One ``/healthz`` probe (no client timeout, as upstream), worded like upstream on failure."""
+    try:
+        probe(socket_path, HEALTHZ, timeout=None)
+    except transport.TransportError as exc:
+        raise CNIError(
+            INTERNAL, f"CheckAPIReadyNow: Daemon not reachable over socketfile: {exc}"
+        ) from exc
+    except CNIError as exc:
+        raise CNIError(
+            INTERNAL, f"CheckAPIReadyNow: Daemon not reachable over socketfile: {exc}"
+        ) from exc
+
+
+def timeout_from_env(environ: Mapping[str, str]) -> float:
+    """:data:`POLL_TIMEOUT`, unless the test-only :data:`TIMEOUT_ENV` holds a valid number."""
+    raw = environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return POLL_TIMEOUT
+    return value if value >= 0 else POLL_TIMEOUT

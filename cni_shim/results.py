@@ -1,0 +1,318 @@
+"""CNI results: libcni's decoding, version conversion and encoding, on plain dicts.
+
+Both ends of Multus pass results through libcni (``pkg/types/{020,040,100}``), and what a
+runtime sees is what Go's ``encoding/json`` made of them: fields dropped or reshaped by the Go
+structs, addresses re-printed by ``net.IP``/``net.IPNet``, version-specific key order. A result
+here is a JSON-shaped dict whose ``cniVersion`` names its layout. Every entry point first
+normalizes it as ``json.Unmarshal`` into libcni's struct would (case-insensitive keys, last one
+wins, unknown keys dropped, Go's error wording), so anything JSON-shaped goes in and Go's bytes
+come out.
+
+The normalized (*canonical*) form is the Go struct in field order with ``omitempty`` applied,
+``"dns":{}`` included, and two twists: a top-level ``interfaces``/``ips``/``routes`` list is
+present exactly when the Go slice is non-nil (Multus tests ``res.Interfaces != nil``, so ``[]``
+and absent differ), and a missing ``dst``/``address`` is ``"<nil>"``, which is what Go prints
+for a zero ``IPNet``. ``to_wire`` applies the rest of Go's encoding.
+
+Stdlib only, importing nothing beyond ``json``: the shim loads this on every ADD.
+"""
+
+from __future__ import annotations
+
+from cni_shim import _godecode, _resultconv, _resulttypes, gojson
+from cni_shim.errors import DECODING_FAILURE, INCOMPATIBLE_VERSION, INTERNAL, CNIError
+
+TYPE_CHECKING = False  # typing costs milliseconds at shim start-up; annotations only
+if TYPE_CHECKING:
+    from typing import Any
+
+SUPPORTED_VERSIONS: tuple[str, ...] = (
+    "0.1.0",
+    "0.2.0",
+    "0.3.0",
+    "0.3.1",
+    "0.4.0",
+    "1.0.0",
+    "1.1.0",
+)
+LATEST = "1.1.0"
+
+# The libcni result type implementing each version. Every ordered pair among these has a
+# registered converter upstream, so conversion can fail on content but never on the pair.
+_FAMILY = {
+    "0.1.0": "020",
+    "0.2.0": "020",
+    "0.3.0": "040",
+    "0.3.1": "040",
+    "0.4.0": "040",
+    "1.0.0": "100",
+    "1.1.0": "100",
+}
+# What each type's NewResult accepts once decoded (types020 also takes "" and makes it 0.1.0).
+_ACCEPTS = {
+    "020": ("", "0.1.0", "0.2.0"),
+    "040": ("0.3.0", "0.3.1", "0.4.0"),
+    "100": ("1.0.0", "1.1.0"),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Versions (libcni pkg/version)
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """``version.ParseVersion``: up to three integer parts; ``""`` is 0.1.0 as in libcni.
+
+    Errors carry code 6 because that is how skel reports them (``ErrDecodingFailure``).
+    """
+    if version == "":
+        return (0, 1, 0)
+    parts = version.split(".")
+    if len(parts) >= 4:
+        quoted = _godecode.go_quote(version)
+        raise CNIError(DECODING_FAILURE, f"invalid version {quoted}: too many parts")
+    nums = [
+        _atoi(part, what) for part, what in zip(parts, ("major", "minor", "micro"), strict=False)
+    ]
+    nums += [0] * (3 - len(nums))
+    return (nums[0], nums[1], nums[2])
+
+
+def version_ge(version: str, other: str) -> bool:
+    """``version.GreaterThanOrEqualTo``."""
+    return parse_version(version) >= parse_version(other)
+
+
+def _atoi(text: str, what: str) -> int:
+    body = text[1:] if text[:1] in ("+", "-") else text
+    reason = "invalid syntax"
+    if body.isascii() and body.isdigit():
+        value = int(text)
+        if -(2**63) <= value < 2**63:
+            return value
+        reason = "value out of range"
+    quoted = _godecode.go_quote(text)
+    raise CNIError(
+        DECODING_FAILURE,
+        f"failed to convert {what} version part {quoted}: strconv.Atoi: parsing {quoted}: {reason}",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+def decode(stdout: bytes, config_version: str) -> dict[str, Any]:
+    """Parse a plugin's ADD output as ``invoke.ExecPluginWithResult`` does.
+
+    The version is the output's ``cniVersion`` when that is a non-empty string, otherwise the
+    config's ("" meaning 0.1.0); in that case libcni first re-marshals the output through a
+    generic map, which collapses duplicate keys and passes numbers through float64.
+    """
+    raw = _godecode.loads(stdout)
+    if raw is None:  # "null" decodes to a nil map, which libcni replaces with an empty one
+        raw = _godecode.Pairs()
+    if type(raw) is not _godecode.Pairs:
+        kind = _godecode.jkind(raw)
+        raise CNIError(
+            DECODING_FAILURE,
+            "failed to unmarshal raw result: json: cannot unmarshal "
+            f"{kind} into Go value of type map[string]interface {{}}",
+        )
+    own = None
+    for key, val in raw:
+        if key == "cniVersion":
+            own = val
+    if type(own) is str and own:
+        return _create(own, raw, lenient=False)
+    try:
+        fixed = dict(_godecode.as_go_map(raw))
+    except CNIError as exc:
+        raise exc.with_prefix("failed to unmarshal raw result: ") from None
+    fixed["cniVersion"] = config_version or "0.1.0"
+    return _create(fixed["cniVersion"], dict(sorted(fixed.items())), lenient=False)
+
+
+def decode_response(body: bytes) -> dict[str, Any] | None:
+    """Decode the daemon's ``{"Result": ...}`` answer as the Go shim does.
+
+    Upstream decodes into ``*types100.Result`` with no version check, and ``PrintResult`` then
+    treats an empty ``cniVersion`` as 1.1.0, as is done here. ``None``: the answer carried no
+    result (upstream dereferences nil and crashes; the caller decides what to do instead).
+    """
+    data = _godecode.loads(body)
+    response = _resulttypes.RESPONSE
+    state = _godecode.unmarshal((_godecode.STRUCT, response, response[0]), data)
+    result = state.get("Result")
+    if result is None:
+        return None
+    if not result.get("cniVersion"):
+        result["cniVersion"] = LATEST
+    return _godecode.render(_resulttypes.RESULT_100, result)
+
+
+def create_from_bytes(data: bytes) -> dict[str, Any]:
+    """``create.CreateFromBytes`` (libcni's cached results): the version comes from the data
+    itself, ``""`` meaning 0.1.0."""
+    obj = _godecode.loads(data)
+    only = _resulttypes.VERSION_ONLY
+    try:
+        state = _godecode.unmarshal((_godecode.STRUCT, only, only[0]), obj)
+    except CNIError as exc:
+        raise exc.with_prefix("decoding version from network config: ") from None
+    return _create(state.get("cniVersion") or "0.1.0", obj, lenient=False)
+
+
+def normalize(result: dict[str, Any]) -> dict[str, Any]:
+    """The canonical form of ``result`` (see the module docstring), as a new dict.
+
+    The version is whatever Go would decode from it (``""`` meaning 0.1.0); ``"<nil>"`` is
+    accepted for a zero ``dst``/``address`` so that canonical and wire forms normalize again.
+    """
+    return _create(_version_of(result), result, lenient=True)
+
+
+def _create(version: str, obj: Any, *, lenient: bool) -> dict[str, Any]:
+    """``convert.Create`` with the type's ``NewResult``: decode, then check the version."""
+    family = _FAMILY.get(version, "020" if version == "" else "")
+    if not family:
+        quoted = _godecode.go_quote(version)
+        raise CNIError(INCOMPATIBLE_VERSION, f"unsupported CNI result version {quoted}")
+    spec = _resulttypes.BY_FAMILY[family]
+    state = _godecode.unmarshal((_godecode.STRUCT, spec, spec[0]), obj, lenient=lenient)
+    got = state.get("cniVersion") or ""
+    if got not in _ACCEPTS[family]:
+        raise CNIError(
+            INCOMPATIBLE_VERSION,
+            f"result type supports [{' '.join(_ACCEPTS[family])}] but unmarshalled CNIVersion "
+            f"is {_godecode.go_quote(got)}",
+        )
+    state["cniVersion"] = got or "0.1.0"
+    return _godecode.render(spec, state)
+
+
+def _version_of(result: Any) -> str:
+    """The ``cniVersion`` Go decodes: any key spelling, the last string one wins."""
+    found = ""
+    if type(result) is dict:
+        for key, val in result.items():
+            if type(val) is str and _godecode.fold(key) == "cniversion":
+                found = val
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Conversion
+
+
+def convert(result: dict[str, Any], to_version: str) -> dict[str, Any]:
+    """libcni ``convert.Convert``: a new canonical dict at ``to_version`` ("" means 0.1.0).
+
+    What each conversion keeps and drops is described in :mod:`cni_shim._resultconv`.
+    """
+    to_version = to_version or "0.1.0"
+    from_version = _version_of(result) or "0.1.0"
+    if from_version != to_version and not (from_version in _FAMILY and to_version in _FAMILY):
+        raise CNIError(
+            INTERNAL, f"no converter for CNI result version {from_version} to {to_version}"
+        )
+    src = normalize(result)
+    if from_version == to_version:
+        return src
+    source, target = _FAMILY[from_version], _FAMILY[to_version]
+    if source == "100":
+        if target == "100":
+            src["cniVersion"] = to_version
+            return src
+        via = _resultconv.to_04x(src, "0.4.0" if target == "020" else to_version)
+        return _resultconv.to_02x(via, to_version) if target == "020" else via
+    if source == "040":
+        if target == "020":
+            return _resultconv.to_02x(src, to_version)
+        if target == "040":
+            return _resultconv.within_040(src, to_version)
+        return _resultconv.from_04x(src, to_version)
+    if target == "020":
+        return _resultconv.within_020(src, to_version)
+    via = _resultconv.from_02x(src, "0.4.0" if target == "100" else to_version)
+    return _resultconv.from_04x(via, to_version) if target == "100" else via
+
+
+def has_interfaces_or_ips(result: dict[str, Any]) -> bool:
+    """Multus's ``res.Interfaces != nil || res.IPs != nil`` after conversion to 1.1.0.
+
+    Nil-ness, not length: a 1.x result with ``"interfaces":[]`` counts, a 0.x one does not,
+    because the down/up converters rebuild the slices by appending.
+    """
+    converted = convert(result, LATEST)
+    return "interfaces" in converted or "ips" in converted
+
+
+def empty_result(version: str, ifname: str, netns: str) -> dict[str, Any]:
+    """The "pod not found" result (Multus ``emptyCNIResult``), properly at ``version``.
+
+    Upstream builds a 1.x object and only labels it with the config version, so the daemon
+    panics for 0.x labels and fails for ""; this builds it at 1.1.0 and converts it instead
+    ("" → 0.1.0: ``ip4`` only, as 0.x results have no interfaces).
+    """
+    base = {
+        "cniVersion": LATEST,
+        "interfaces": [{"name": ifname, "sandbox": netns}],
+        "ips": [{"address": "0.0.0.0/0", "gateway": "0.0.0.0"}],
+    }
+    return convert(base, version)
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+
+
+def to_wire(result: dict[str, Any]) -> dict[str, Any]:
+    """The dict whose ``gojson`` encoding is Go's encoding of ``result``.
+
+    0.x: struct order, ``omitempty`` applied, ``"dns":{}`` always present. 1.x: libcni
+    v1.3.0's ``Result.MarshalJSON`` re-marshals through a map, so keys are sorted at every
+    level, numbers pass through float64, and an empty ``dns`` is dropped.
+    """
+    canon: dict[str, Any] = _drop_empty_lists(normalize(result))
+    if _FAMILY[canon["cniVersion"]] != "100":
+        return canon
+    if not canon["dns"]:
+        del canon["dns"]
+    wire: dict[str, Any] = _remarshal(canon)
+    return wire
+
+
+def dumps(result: dict[str, Any]) -> str:
+    """Compact: what the daemon sends and libcni caches."""
+    return gojson.dumps(to_wire(result))
+
+
+def dumps_indent(result: dict[str, Any]) -> str:
+    """What ``Result.Print`` writes (skel's ``PrintResult``): 4-space indent, no newline."""
+    return gojson.dumps_indent(to_wire(result))
+
+
+def _drop_empty_lists(obj: Any) -> Any:
+    # omitempty on the slices the canonical form keeps to remember they were non-nil.
+    if type(obj) is dict:
+        return {
+            key: _drop_empty_lists(val)
+            for key, val in obj.items()
+            if not (type(val) is list and not val)
+        }
+    if type(obj) is list:
+        return [_drop_empty_lists(item) for item in obj]
+    return obj
+
+
+def _remarshal(obj: Any) -> Any:
+    # json.Unmarshal into map[string]interface{} and back: sorted keys, float64 numbers
+    # (an int beyond 2**53 comes back rounded, exactly as Go prints it).
+    if type(obj) is dict:
+        return {key: _remarshal(obj[key]) for key in sorted(obj)}
+    if type(obj) is list:
+        return [_remarshal(item) for item in obj]
+    if type(obj) is int:
+        return int(_godecode.go_float_text(float(obj)))
+    return obj

@@ -1,0 +1,188 @@
+"""multus-shim's command handlers: forward the CNI call to the daemon, print what it answers.
+
+Upstream behaviour (``pkg/server/api/shim.go``) with one deliberate difference: a CNI error
+object sent by the daemon keeps its code (only ``msg`` gets the ``CmdAdd (shim): `` prefix),
+where upstream flattens every failure to 999. A 200 answer without a result is an error here;
+upstream dereferences nil and crashes.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from cni_shim import gojson, gojsonerr, readiness, skel, transport, wire
+from cni_shim.errors import INTERNAL, CNIError
+from cni_shim.log import Logger
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, BinaryIO, TextIO
+
+DEFAULT_SOCKET_DIR = "/run/multus/"
+SOCKET_NAME = "multus.sock"
+CNI_PATH = "/cni"
+_STRUCT = "ShimNetConf"
+
+
+class ShimConfig:
+    """The keys of the network config the shim itself reads (``ShimNetConf``)."""
+
+    __slots__ = ("cni_version", "log_file", "log_level", "log_to_stderr", "socket_dir")
+
+    def __init__(
+        self,
+        cni_version: str = "",
+        socket_dir: str = DEFAULT_SOCKET_DIR,
+        log_file: str = "",
+        log_level: str = "",
+        log_to_stderr: bool = False,
+    ) -> None:
+        self.cni_version = cni_version
+        self.socket_dir = socket_dir or DEFAULT_SOCKET_DIR
+        self.log_file = log_file
+        self.log_level = log_level
+        self.log_to_stderr = log_to_stderr
+
+
+def parse_shim_config(stdin_data: bytes) -> ShimConfig:
+    """Decode the shim's keys with Go's typing rules; a mismatch is upstream's error text."""
+    try:
+        obj = gojsonerr.loads(stdin_data)
+        if obj is not None and not isinstance(obj, dict):
+            raise gojsonerr.value_type_error(obj, "api.ShimNetConf")
+        obj = obj or {}
+        return ShimConfig(
+            cni_version=gojsonerr.string_field(obj, "cniVersion", _STRUCT),
+            socket_dir=gojsonerr.string_field(obj, "daemonSocketDir", _STRUCT),
+            log_file=gojsonerr.string_field(obj, "logFile", _STRUCT),
+            log_level=gojsonerr.string_field(obj, "logLevel", _STRUCT),
+            log_to_stderr=gojsonerr.bool_field(obj, "logToStderr", _STRUCT),
+        )
+    except gojsonerr.GoJSONError as exc:
+        raise CNIError(
+            INTERNAL,
+            "invalid CNI configuration passed to multus-shim: "
+            f"failed to gather the multus configuration: {exc}",
+        ) from exc
+
+
+def socket_path(socket_dir: str) -> str:
+    """Go's ``filepath.Join(dir, "multus.sock")`` (which also cleans the path)."""
+    path = posixpath.normpath(posixpath.join(socket_dir, SOCKET_NAME))
+    return path[1:] if path.startswith("//") else path
+
+
+class _Shim:
+    """One invocation: the environment to forward, the output streams, the logger."""
+
+    def __init__(
+        self, environ: Mapping[str, str], stdout: TextIO | BinaryIO, stderr: TextIO | BinaryIO
+    ) -> None:
+        self.environ = environ
+        self.stdout = stdout
+        self.log = Logger(stderr)
+
+    def _configure(self, stdin_data: bytes) -> ShimConfig:
+        conf = parse_shim_config(stdin_data)
+        self.log.to_stderr = conf.log_to_stderr
+        if conf.log_file:
+            self.log.file = conf.log_file
+        if conf.log_level:
+            self.log.set_level(conf.log_level)
+        return conf
+
+    def _post(self, args: skel.CmdArgs, *, wait: bool) -> tuple[dict[str, Any] | None, str]:
+        """Readiness, then ``POST /cni``; returns (result, the shim config's cniVersion)."""
+        conf = self._configure(args.stdin_data)
+        sock = socket_path(conf.socket_dir)
+        if wait:
+            readiness.wait_until_ready(sock, timeout=readiness.timeout_from_env(self.environ))
+        else:
+            readiness.check_now(sock)
+        stdin_text = args.stdin_data.decode("utf-8", "replace")
+        try:
+            status, _, body = transport.post(
+                sock, CNI_PATH, wire.encode_request(self.environ, args.stdin_data)
+            )
+        except transport.TransportError as exc:
+            raise CNIError(INTERNAL, f"{exc}: StdinData: {stdin_text}") from exc
+        if status != 200:
+            err = wire.decode_error_body(status, body)
+            if isinstance(err, wire.RequestFailed):
+                raise CNIError(INTERNAL, f"{err.msg}: StdinData: {stdin_text}") from err
+            raise err
+        return wire.decode_response(body), conf.cni_version
+
+    def _fail(self, prefix: str, exc: CNIError) -> CNIError:
+        err = exc.with_prefix(prefix)
+        self.log.error(str(err))
+        return err
+
+    def add(self, args: skel.CmdArgs) -> None:
+        prefix = "CmdAdd (shim): "
+        try:
+            result, cni_version = self._post(args, wait=True)
+            if result is None:
+                raise CNIError(INTERNAL, "the daemon answered 200 without a result")
+        except CNIError as exc:
+            raise self._fail(prefix, exc) from exc
+        self.log.verbose(prefix + gojson.dumps(result))
+        skel.emit(self.stdout, _render(result, cni_version))
+
+    def _simple(self, args: skel.CmdArgs, prefix: str) -> None:
+        try:
+            self._post(args, wait=True)
+        except CNIError as exc:
+            raise self._fail(prefix, exc) from exc
+
+    def check(self, args: skel.CmdArgs) -> None:
+        self._simple(args, "CmdCheck (shim): ")
+
+    def gc(self, args: skel.CmdArgs) -> None:
+        self._simple(args, "CmdGC (shim): ")
+
+    def status(self, args: skel.CmdArgs) -> None:
+        self._simple(args, "CmdStatus (shim): ")
+
+    def delete(self, args: skel.CmdArgs) -> None:
+        """DEL never fails once skel accepted it: errors are only logged (CNI spec)."""
+        try:
+            self._post(args, wait=False)
+        except CNIError as exc:
+            self._fail("CmdDel (shim): ", exc)
+
+
+def _render(result: dict[str, Any], cni_version: str) -> str:
+    """``types.PrintResult``: the result in the shim config's version, 4-space indented."""
+    from cni_shim import results
+
+    # An empty cniVersion means 0.1.0 to libcni's converter.
+    try:
+        return results.dumps_indent(results.convert(result, cni_version or "0.1.0"))
+    except CNIError:
+        raise
+    except Exception as exc:  # conversion errors are returned unprefixed, as upstream
+        raise CNIError(INTERNAL, str(exc)) from exc
+
+
+def main(
+    environ: Mapping[str, str],
+    stdin: bytes | BinaryIO,
+    stdout: TextIO | BinaryIO,
+    stderr: TextIO | BinaryIO,
+) -> int:
+    """Run one CNI invocation; returns the exit code (0, or 1 after printing an error).
+
+    ``stdin`` may be the bytes already read or a binary stream, read only once the
+    environment has been validated (so a bare ``multus-shim`` on a terminal does not block).
+    """
+    shim = _Shim(environ, stdout, stderr)
+    handlers = {
+        "ADD": shim.add,
+        "CHECK": shim.check,
+        "DEL": shim.delete,
+        "GC": shim.gc,
+        "STATUS": shim.status,
+    }
+    return skel.run(environ, stdin, stdout, stderr, handlers)

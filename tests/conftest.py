@@ -1,0 +1,22 @@
+"""Suite-wide guards: every test has a timeout (pyproject), warnings are errors (pyproject),
+and no test may leave asyncio tasks running behind it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _no_leaked_tasks() -> AsyncIterator[None]:
+    before = set(asyncio.all_tasks())
+    yield
+    await asyncio.sleep(0)
+    leaked = [
+        t for t in asyncio.all_tasks() - before if t is not asyncio.current_task() and not t.done()
+    ]
+    for task in leaked:
+        task.cancel()
+    assert not leaked, f"test leaked tasks: {leaked}"
