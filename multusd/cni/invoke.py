@@ -1,0 +1,271 @@
+"""Finding and running CNI plugin executables (libcni ``pkg/invoke``), without blocking the loop.
+
+Everything above this module talks to plugins through :class:`PluginExecutor`, so tests and
+callers can swap the process boundary (cni ``invoke.Exec``). :class:`SubprocessExecutor` is the
+real one. It owns the process for its whole life: on a timeout or a cancellation the plugin is
+terminated, killed if it lingers, and *reaped* before control returns, because asyncio does none
+of that by itself and a leaked plugin keeps holding netns and IPAM state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import signal
+import stat
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from cni_shim import errors
+from cni_shim.errors import CNIError
+from multusd.cni import gofmt
+
+log = logging.getLogger(__name__)
+
+#: libcni's ``pluginErr`` builds ``types.Error{Msg: ...}`` without a code: Go's ``ErrUnknown``.
+UNKNOWN = 0
+
+#: Spec code for a plugin that ran past the executor's timeout. "Try again later" because the
+#: plugin did not fail on its own: the runtime retrying is the useful reaction.
+TIMEOUT_CODE = errors.TRY_AGAIN_LATER
+
+
+class LibcniError(CNIError):
+    """An error libcni raises itself as a plain Go ``error`` rather than a CNI error object.
+
+    Upstream distinguishes the two (``errors.As(err, &types.Error)``): STATUS passes CNI error
+    objects through unchanged and wraps only these. The code is ours (upstream has none).
+    """
+
+    __slots__ = ()
+
+
+def prefixed(err: CNIError, prefix: str) -> CNIError:
+    """``err`` with ``prefix`` in front of its message, keeping its code *and* its kind."""
+    if isinstance(err, LibcniError):
+        return LibcniError(err.code, prefix + err.msg, err.details)
+    return err.with_prefix(prefix)
+
+
+class PluginExecutor(Protocol):
+    """The process boundary: run one plugin once and return its stdout.
+
+    Implementations raise :class:`CNIError` for a failed plugin, decoded as libcni does, and
+    must leave no process behind when they return or raise (cancellation included).
+    """
+
+    # ASYNC109: the deadline belongs to the executor, which must kill the plugin when it passes.
+    async def execute(
+        self,
+        path: str,
+        stdin: bytes,
+        env: Mapping[str, str],
+        *,
+        timeout: float | None,  # noqa: ASYNC109
+    ) -> bytes: ...
+
+
+def find_plugin(plugin_type: str, paths: Sequence[str]) -> str:
+    """The first ``<dir>/<type>`` that is a regular file (libcni ``FindInPath``).
+
+    A stat per directory; cheap enough to call from the loop (the same lookup Go does inline).
+    """
+    if not plugin_type:
+        raise LibcniError(errors.INVALID_NETWORK_CONFIG, "no plugin name provided")
+    if "/" in plugin_type:
+        raise LibcniError(errors.INVALID_NETWORK_CONFIG, f"invalid plugin name: {plugin_type}")
+    if not paths:
+        raise LibcniError(errors.INVALID_ENVIRONMENT, "no paths provided")
+    for directory in paths:
+        candidate = os.path.normpath(Path(directory, plugin_type))
+        try:
+            if stat.S_ISREG(Path(candidate).stat().st_mode):
+                return candidate
+        except OSError:
+            continue
+    raise LibcniError(
+        errors.INVALID_NETWORK_CONFIG,
+        f"failed to find plugin {gofmt.quote(plugin_type)} in path {gofmt.slice_str(paths)}",
+    )
+
+
+def plugin_error(reason: str, stdout: bytes, stderr: bytes) -> CNIError:
+    """Decode a failed plugin's output exactly as libcni's ``pluginErr`` does.
+
+    ``reason`` is Go's text for why the run failed (``exit status 1``, ``fork/exec ...``).
+    """
+    if not stdout:
+        if not stderr:
+            return CNIError(UNKNOWN, f"netplugin failed with no error message: {reason}")
+        return CNIError(UNKNOWN, f"netplugin failed: {gofmt.quote(stderr)}")
+    try:
+        return decode_error_object(stdout)
+    except ValueError as exc:
+        return CNIError(
+            UNKNOWN,
+            "netplugin failed but error parsing its diagnostic message "
+            f"{gofmt.quote(stdout)}: {gofmt.json_error_text(exc)}",
+        )
+
+
+_ERROR_FIELDS = ("code", "msg", "details")
+
+
+def decode_error_object(stdout: bytes) -> CNIError:
+    """``json.Unmarshal(stdout, &types.Error{})``: keys case-insensitive, unknown keys ignored.
+
+    An object without ``msg`` still decodes (to an empty message), as in Go.
+    """
+    obj = gofmt.loads(stdout)
+    if not isinstance(obj, dict):
+        raise ValueError(
+            f"json: cannot unmarshal {gofmt.json_type_name(obj)} into Go value of type types.Error"
+        )
+    fields: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = key.lower()
+        if name in _ERROR_FIELDS and value is not None:
+            fields[name] = value
+    code = fields.get("code", 0)
+    if isinstance(code, bool) or not isinstance(code, int) or code < 0:
+        raise ValueError(
+            f"json: cannot unmarshal {gofmt.json_type_name(code)} into Go struct field "
+            "Error.code of type uint"
+        )
+    for name in ("msg", "details"):
+        if not isinstance(fields.get(name, ""), str):
+            raise ValueError(
+                f"json: cannot unmarshal {gofmt.json_type_name(fields[name])} into Go struct "
+                f"field Error.{name} of type string"
+            )
+    return CNIError(code, fields.get("msg", ""), fields.get("details", ""))
+
+
+def _chroot_into(directory: str) -> Callable[[], None]:
+    def enter() -> None:  # runs in the forked child, before exec
+        os.chroot(directory)
+        os.chdir("/")
+
+    return enter
+
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+
+class SubprocessExecutor:
+    """Runs plugins as asyncio subprocesses, optionally chrooted (``chrootDir``).
+
+    The plugin path is resolved by the caller in the daemon's filesystem; with ``chroot_dir``
+    only the child enters the chroot, so the same path must exist in both trees (as upstream).
+    A spawn failing with ``ETXTBSY`` (the binary is still being written) is retried with a
+    fresh process, ``busy_retries`` times, ``busy_delay`` seconds apart.
+    """
+
+    def __init__(
+        self,
+        chroot_dir: str | None = None,
+        *,
+        busy_retries: int = 5,
+        busy_delay: float = 1.0,
+        kill_grace: float = 1.0,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.chroot_dir = chroot_dir
+        self.busy_retries = busy_retries
+        self.busy_delay = busy_delay
+        self.kill_grace = kill_grace
+        self._sleep = sleep
+
+    async def execute(
+        self,
+        path: str,
+        stdin: bytes,
+        env: Mapping[str, str],
+        *,
+        timeout: float | None,  # noqa: ASYNC109 - see PluginExecutor.execute
+    ) -> bytes:
+        proc = await self._spawn(path, env)
+        try:
+            async with asyncio.timeout(timeout):
+                stdout, stderr = await proc.communicate(stdin)
+        except TimeoutError:
+            await _kill_and_reap(proc, self.kill_grace)
+            raise CNIError(
+                TIMEOUT_CODE,
+                f"netplugin {path} did not finish within {timeout:g}s and was killed",
+            ) from None
+        except BaseException:
+            # Cancellation (or anything else): never leave the plugin running behind us.
+            await _kill_and_reap(proc, self.kill_grace)
+            raise
+        returncode = proc.returncode
+        assert returncode is not None  # communicate() returns only after the process exited
+        if returncode != 0:
+            raise plugin_error(gofmt.exit_text(returncode), stdout, stderr)
+        if stderr:
+            log.debug("plugin %s stderr: %s", path, stderr.decode("utf-8", "replace"))
+        return stdout
+
+    async def _spawn(self, path: str, env: Mapping[str, str]) -> asyncio.subprocess.Process:
+        preexec = _chroot_into(self.chroot_dir) if self.chroot_dir is not None else None
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.create_subprocess_exec(
+                    path,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    env=dict(env),
+                    preexec_fn=preexec,  # chroot must happen in the child only
+                    close_fds=True,
+                )
+            except OSError as exc:
+                if exc.errno == errno.ETXTBSY and attempt < self.busy_retries:
+                    attempt += 1
+                    log.debug("plugin %s is busy (ETXTBSY), retry %d", path, attempt)
+                    await self._sleep(self.busy_delay)
+                    continue
+                reason = f"fork/exec {path}: {gofmt.errno_text(exc.errno)}"
+                raise plugin_error(reason, b"", b"") from exc
+            except subprocess.SubprocessError as exc:
+                # Only the chroot preexec hook can fail this way; the child's errno is lost.
+                reason = f"fork/exec {path}: chroot {self.chroot_dir}: {exc}"
+                raise plugin_error(reason, b"", b"") from exc
+
+
+async def _kill_and_reap(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM, ``grace`` seconds, SIGKILL, then wait for the exit -- even if cancelled again.
+
+    A repeated cancellation while we reap is absorbed and re-raised afterwards, so the caller
+    never gets control back while the plugin still exists.
+    """
+    reaper = asyncio.ensure_future(_terminate(proc, grace))
+    cancelled = False
+    while not reaper.done():
+        try:
+            await asyncio.shield(reaper)
+        except asyncio.CancelledError:
+            if reaper.cancelled():
+                break
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(grace):
+                await proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+    await proc.wait()

@@ -1,0 +1,218 @@
+"""Plugin lookup and the subprocess executor, against real executables."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cni_shim.errors import CNIError
+from multusd.cni import invoke
+from multusd.cni.invoke import LibcniError, SubprocessExecutor, find_plugin
+
+MakePlugin = Callable[[str, str], str]  # the conftest fixture
+
+ENV = {"PATH": "/usr/bin:/bin"}
+
+
+def _gone(pid: int) -> bool:
+    # /proc/<pid> exists for zombies too, so its absence proves the plugin was reaped.
+    return not Path(f"/proc/{pid}").exists()
+
+
+async def _wait_for_file(path: Path) -> str:
+    async with asyncio.timeout(10):
+        while not path.exists() or not path.read_text():
+            await asyncio.sleep(0.01)
+    return path.read_text()
+
+
+def test_find_plugin_first_regular_file(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    (first / "bridge").mkdir()  # a directory is not a plugin
+    (second / "bridge").write_text("")
+    assert find_plugin("bridge", [str(first), str(second)]) == str(second / "bridge")
+
+
+def test_find_plugin_errors(tmp_path: Path) -> None:
+    with pytest.raises(LibcniError) as info:
+        find_plugin("nope", ["/x/y", str(tmp_path)])
+    assert info.value.msg == f'failed to find plugin "nope" in path [/x/y {tmp_path}]'
+    with pytest.raises(LibcniError, match=r"invalid plugin name: \.\./bridge"):
+        find_plugin("../bridge", [str(tmp_path)])
+    with pytest.raises(LibcniError, match="no plugin name provided"):
+        find_plugin("", [str(tmp_path)])
+    with pytest.raises(LibcniError, match="no paths provided"):
+        find_plugin("bridge", [])
+
+
+async def test_stdin_env_and_stdout(make_plugin: MakePlugin) -> None:
+    path = make_plugin(
+        "echo",
+        """
+        import os, sys
+        data = sys.stdin.buffer.read()
+        sys.stdout.write(os.environ["CNI_COMMAND"] + ":" + data.decode())
+        """,
+    )
+    out = await SubprocessExecutor().execute(
+        path, b'{"x":1}', {**ENV, "CNI_COMMAND": "ADD"}, timeout=10
+    )
+    assert out == b'ADD:{"x":1}'
+
+
+async def test_cni_error_object_keeps_code(make_plugin: MakePlugin) -> None:
+    path = make_plugin(
+        "fails",
+        """
+        import sys
+        print('{"code": 123, "msg": "no way", "details": "really"}')
+        sys.exit(1)
+        """,
+    )
+    with pytest.raises(CNIError) as info:
+        await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10)
+    assert info.value == CNIError(123, "no way", "really")
+    assert not isinstance(info.value, LibcniError)
+
+
+async def test_error_object_keys_are_case_insensitive(make_plugin: MakePlugin) -> None:
+    path = make_plugin("fails", 'import sys\nprint(\'{"Code": 7, "MSG": "bad"}\')\nsys.exit(1)\n')
+    with pytest.raises(CNIError) as info:
+        await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10)
+    assert info.value == CNIError(7, "bad")
+
+
+async def test_crash_with_stderr_only(make_plugin: MakePlugin) -> None:
+    path = make_plugin("crash", 'import sys\nsys.stderr.write("oops \\"x\\"\\n")\nsys.exit(2)\n')
+    with pytest.raises(CNIError) as info:
+        await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10)
+    assert info.value == CNIError(0, 'netplugin failed: "oops \\"x\\"\\n"')
+
+
+async def test_failure_without_any_output(make_plugin: MakePlugin) -> None:
+    path = make_plugin("silent", "import sys\nsys.exit(3)\n")
+    with pytest.raises(CNIError) as info:
+        await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10)
+    assert info.value.msg == "netplugin failed with no error message: exit status 3"
+
+
+async def test_killed_by_signal(make_plugin: MakePlugin) -> None:
+    path = make_plugin("suicide", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    with pytest.raises(CNIError) as info:
+        await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10)
+    assert info.value.msg == "netplugin failed with no error message: signal: killed"
+
+
+async def test_garbage_stdout(make_plugin: MakePlugin) -> None:
+    path = make_plugin("garbage", 'import sys\nsys.stdout.write("garbage")\nsys.exit(1)\n')
+    with pytest.raises(CNIError) as info:
+        await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10)
+    assert info.value.msg == (
+        'netplugin failed but error parsing its diagnostic message "garbage": '
+        "invalid character 'g' looking for beginning of value"
+    )
+
+
+async def test_not_executable(make_plugin: MakePlugin) -> None:
+    path = make_plugin("noexec", "")
+    Path(path).chmod(0o644)
+    with pytest.raises(CNIError) as info:
+        await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10)
+    assert info.value.msg == (
+        f"netplugin failed with no error message: fork/exec {path}: permission denied"
+    )
+
+
+async def test_successful_stderr_is_logged_at_debug(
+    make_plugin: MakePlugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = make_plugin("chatty", 'import sys\nsys.stderr.write("hello")\nprint("{}")\n')
+    with caplog.at_level(logging.DEBUG, logger="multusd.cni.invoke"):
+        out = await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10)
+    assert out == b"{}\n"
+    assert any("hello" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
+
+
+HANG = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # make the executor escalate to SIGKILL
+with open(sys.argv[0] + ".pid", "w") as f:
+    f.write(str(os.getpid()))
+while True:
+    time.sleep(1)
+"""
+
+
+async def test_timeout_kills_and_reaps(make_plugin: MakePlugin) -> None:
+    path = make_plugin("hang", HANG)
+    executor = SubprocessExecutor(kill_grace=0.2)
+    with pytest.raises(CNIError) as info:
+        await executor.execute(path, b"{}", ENV, timeout=1.0)
+    assert info.value.code == invoke.TIMEOUT_CODE == 11
+    assert "did not finish within 1s" in info.value.msg
+    pid = int(Path(path + ".pid").read_text())
+    assert _gone(pid)
+
+
+async def test_cancellation_kills_and_reaps(make_plugin: MakePlugin) -> None:
+    path = make_plugin("hang", HANG)
+    executor = SubprocessExecutor(kill_grace=0.2)
+    task = asyncio.create_task(executor.execute(path, b"{}", ENV, timeout=None))
+    pid = int(await _wait_for_file(Path(path + ".pid")))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _gone(pid)
+
+
+async def test_cancellation_during_reap_still_reaps(make_plugin: MakePlugin) -> None:
+    path = make_plugin("hang", HANG)
+    executor = SubprocessExecutor(kill_grace=0.5)
+    task = asyncio.create_task(executor.execute(path, b"{}", ENV, timeout=None))
+    pid = int(await _wait_for_file(Path(path + ".pid")))
+    task.cancel()
+    await asyncio.sleep(0.1)  # now inside the SIGTERM grace period
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _gone(pid)
+
+
+async def test_text_file_busy_is_retried_with_a_fresh_process(make_plugin: MakePlugin) -> None:
+    path = make_plugin("busy", 'print("{\\"ok\\": true}")\n')
+    writer = open(path, "ab")  # noqa: SIM115 - held open across the retries, closed by sleep()
+    sleeps: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        sleeps.append(delay)
+        if len(sleeps) == 2:
+            writer.close()
+
+    try:
+        out = await SubprocessExecutor(sleep=sleep).execute(path, b"{}", ENV, timeout=10)
+    finally:
+        writer.close()
+    assert out == b'{"ok": true}\n'
+    assert sleeps == [1.0, 1.0]
+
+
+async def test_text_file_busy_gives_up(make_plugin: MakePlugin) -> None:
+    path = make_plugin("busy", "")
+    sleeps: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        sleeps.append(delay)
+
+    with open(path, "ab"), pytest.raises(CNIError) as info:
+        await SubprocessExecutor(sleep=sleep).execute(path, b"{}", ENV, timeout=10)
+    assert len(sleeps) == 5
+    busy = os.strerror(errno.ETXTBSY).lower()
+    assert info.value.msg == f"netplugin failed with no error message: fork/exec {path}: {busy}"
