@@ -1,0 +1,5 @@
+import sys
+
+from multusd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,92 @@
+"""Command line: ``multusd [--config PATH]`` runs the daemon; subcommands do the rest.
+
+This is the only place that turns outcomes into process exit codes (see ``multusd.errors``).
+Upstream's Go flags are single-dash (``-config``); both spellings are accepted so existing
+DaemonSet manifests work unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from multusd import __version__
+
+SUBCOMMANDS = ("demo", "install-shim", "kubesim")
+
+
+def version_line(program: str = "multus-daemon") -> str:
+    return f"{program}: version:{__version__}(multusd), commit:unknown commit, date:unknown date"
+
+
+def _daemon_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="multusd",
+        description="Multus CNI thick-plugin daemon (asyncio). Subcommands: "
+        + ", ".join(SUBCOMMANDS),
+    )
+    parser.add_argument("-config", "--config", dest="config", default=None)
+    parser.add_argument("-version", "--version", dest="version", action="store_true")
+    return parser
+
+
+def run_daemon(argv: Sequence[str]) -> int:
+    from multusd import logs
+    from multusd.config.daemon import DEFAULT_CONFIG_PATH, load_daemon_config
+    from multusd.daemon import run
+    from multusd.errors import StartupError
+
+    args = _daemon_parser().parse_args(argv)
+    if args.version:
+        print(version_line())
+        return 0
+    try:
+        config, raw, _data = load_daemon_config(args.config or DEFAULT_CONFIG_PATH)
+    except StartupError as exc:
+        print(f"multusd: {exc}", file=sys.stderr)
+        return exc.exit_code
+    logs.configure(level=config.log_level, to_stderr=config.log_to_stderr, log_file=config.log_file)
+    try:
+        return asyncio.run(run(config, raw))
+    except StartupError as exc:
+        print(f"multusd: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def run_install_shim(argv: Sequence[str]) -> int:
+    from multusd.shim_install import install_shim
+
+    parser = argparse.ArgumentParser(
+        prog="multusd install-shim",
+        description="Write the multus-shim as one self-contained executable (atomic replace).",
+    )
+    parser.add_argument("--dest", default="/opt/cni/bin", help="directory (default %(default)s)")
+    parser.add_argument("--interpreter", default="/usr/bin/python3")
+    parser.add_argument("--name", default="multus-shim")
+    args = parser.parse_args(argv)
+    from pathlib import Path
+
+    path = install_shim(Path(args.dest), interpreter=args.interpreter, name=args.name)
+    print(path)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "demo":
+        from multusd.demo import main as demo_main
+
+        return demo_main(args[1:])
+    if args and args[0] == "install-shim":
+        return run_install_shim(args[1:])
+    if args and args[0] == "kubesim":
+        from multusd.kubesim.cli import main as kubesim_main
+
+        return kubesim_main(args[1:])
+    return run_daemon(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The CNI verbs as Multus runs them: one module per command."""

@@ -1,0 +1,132 @@
+"""CNI ADD (reference §6): resolve delegates, cache them, run them in order, roll back on failure.
+
+Returns the master delegate's result, converted to the newest CNI version; the server encodes
+it and the shim converts it to the runtime's version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from cni_shim import results
+from cni_shim.errors import CNIError
+from multusd.cni.api import RuntimeConf
+from multusd.cni.args import K8sArgs, parse_k8s_args
+from multusd.commands import scratch
+from multusd.commands.context import CmdArgs, Services
+from multusd.commands.delegate import (
+    capability_args,
+    check_ifname,
+    delegate_add,
+    delegate_del,
+    interface_name,
+    runtime_args,
+    runtime_conf,
+)
+from multusd.networks.delegates import Delegate
+from multusd.networks.netconf import NetConf, load_netconf
+from multusd.networks.resolve import resolve_delegates
+
+log = logging.getLogger(__name__)
+
+
+def k8s_args_of(cmd: CmdArgs) -> K8sArgs:
+    try:
+        return parse_k8s_args(cmd.args)
+    except CNIError as exc:
+        raise exc.with_prefix("Multus: error getting k8s args: ") from exc
+
+
+async def _rollback(
+    services: Services,
+    netconf: NetConf,
+    cmd: CmdArgs,
+    k8s: K8sArgs,
+    delegates: list[Delegate],
+) -> None:
+    """DEL the delegates from the failing one down to the first, ignoring errors (§6.9.4)."""
+    cni = services.cni_for(netconf)
+    env_args = services.environ.get("CNI_ARGS", "")
+    for index in range(len(delegates) - 1, -1, -1):
+        delegate = delegates[index]
+        rt = runtime_conf(
+            container_id=cmd.container_id,
+            netns=cmd.netns,
+            ifname=interface_name(delegate, index, cmd.ifname),
+            args=runtime_args(k8s, delegate, env_args=env_args),
+            capabilities=capability_args(delegate, netconf.runtime_config),
+        )
+        try:
+            await delegate_del(cni, delegate, rt)
+        except CNIError as exc:
+            log.warning("[%s] rollback of %s failed: %s", cmd.request_id, delegate.name, exc)
+
+
+class _CacheNotSaved(CNIError):
+    """The delegate cache could not be written: nothing ran, so nothing is rolled back."""
+
+
+async def _save_and_check(
+    netconf: NetConf, cmd: CmdArgs, pod_label: str, delegates: list[Delegate], rt: RuntimeConf
+) -> None:
+    saved, checked = await asyncio.gather(
+        scratch.save(netconf.cni_dir, cmd.container_id, delegates),
+        check_ifname(delegates[0], rt),
+        return_exceptions=True,
+    )
+    if isinstance(saved, CNIError):
+        raise _CacheNotSaved(saved.code, f"Multus: [{pod_label}]: {saved.msg}", saved.details)
+    for outcome in (saved, checked):
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+def _master_result(delegates: list[Delegate], found: list[dict[str, Any]]) -> dict[str, Any]:
+    for delegate, result in zip(delegates, found, strict=True):
+        if delegate.master:
+            return result
+    return found[0]
+
+
+async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
+    netconf = load_netconf(cmd.config)
+    k8s = k8s_args_of(cmd)
+    pod_label = k8s.label()
+    try:
+        delegates = await resolve_delegates(netconf)
+    except CNIError as exc:
+        raise exc.with_prefix(
+            f"Multus: [{pod_label}]: failed to get clusterNetwork/defaultNetworks: "
+        ) from exc
+
+    cni = services.cni_for(netconf)
+    env_args = services.environ.get("CNI_ARGS", "")
+    found: list[dict[str, Any]] = []
+    for index, delegate in enumerate(delegates):
+        try:
+            rt = runtime_conf(
+                container_id=cmd.container_id,
+                netns=cmd.netns,
+                ifname=interface_name(delegate, index, cmd.ifname),
+                args=runtime_args(k8s, delegate, env_args=env_args, legacy=True),
+                capabilities=capability_args(delegate, netconf.runtime_config),
+            )
+            if index == 0:
+                # The cache must be on disk before any delegate runs; checking the first
+                # interface name in the pod meanwhile takes that write off the critical path.
+                await _save_and_check(netconf, cmd, pod_label, delegates, rt)
+            result = await delegate_add(cni, delegate, rt, ifname_checked=index == 0)
+        except CNIError as exc:
+            if isinstance(exc, _CacheNotSaved):
+                raise
+            await _rollback(services, netconf, cmd, k8s, delegates[: index + 1])
+            name = delegate.network_name
+            raise exc.with_prefix(
+                f"[{k8s.pod_namespace}/{k8s.pod_name}/{k8s.pod_uid}:{name}]: "
+                f'error adding container to network "{name}": '
+            ) from exc
+        found.append(results.convert(result, results.LATEST))
+        log.debug("[%s] added %s as %s", cmd.request_id, delegate.name, rt.ifname)
+    return _master_result(delegates, found)

@@ -1,0 +1,38 @@
+"""CNI CHECK (reference §7.2): only the config's inline delegates, stopping at the first error.
+
+With a ``clusterNetwork`` config (every generated one) there are none, so CHECK succeeds
+without running anything; that is upstream's behaviour and is kept (see compatibility.md).
+"""
+
+from __future__ import annotations
+
+from multusd.commands.add import k8s_args_of
+from multusd.commands.context import CmdArgs, Services
+from multusd.commands.delegate import (
+    capability_args,
+    delegate_check,
+    interface_name,
+    runtime_args,
+    runtime_conf,
+)
+from multusd.networks.netconf import load_netconf
+from multusd.networks.resolve import inline_delegates
+
+
+async def check(cmd: CmdArgs, services: Services) -> None:
+    netconf = load_netconf(cmd.config)
+    k8s = k8s_args_of(cmd)
+    if netconf.cluster_network:
+        return
+    delegates = inline_delegates(netconf)
+    cni = services.cni_for(netconf)
+    env_args = services.environ.get("CNI_ARGS", "")
+    for index, delegate in enumerate(delegates):
+        rt = runtime_conf(
+            container_id=cmd.container_id,
+            netns=cmd.netns,
+            ifname=interface_name(delegate, index, cmd.ifname),
+            args=runtime_args(k8s, delegate, env_args=env_args),
+            capabilities=capability_args(delegate, netconf.runtime_config),
+        )
+        await delegate_check(cni, delegate, rt)

@@ -1,0 +1,67 @@
+"""What every command receives: the request's CNI arguments and the daemon services it may use.
+
+Commands take their world as arguments (no globals), so tests can build a ``Services`` with a
+recording executor or a real one, and the server builds one per daemon.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from multusd.cni.api import CNI
+from multusd.cni.invoke import PluginExecutor
+from multusd.networks.netconf import NetConf
+
+_request_ids = itertools.count(1)
+
+
+def next_request_id() -> str:
+    return f"r{next(_request_ids):06d}"
+
+
+@dataclass(frozen=True, slots=True)
+class CmdArgs:
+    """The CNI invocation as the runtime made it (skel's ``CmdArgs``)."""
+
+    command: str
+    container_id: str
+    netns: str
+    ifname: str
+    args: str
+    config: bytes
+    """The Multus config after the server-config override."""
+    request_id: str = field(default_factory=next_request_id)
+
+    def describe(self) -> str:
+        """Upstream's error-context prefix: every non-CNI error of a pod command carries it."""
+        return (
+            f'ContainerID:"{self.container_id}" Netns:"{self.netns}" IfName:"{self.ifname}" '
+            f'Args:"{self.args}" Path:"" ERRORED: '
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Long-lived daemon collaborators shared by all requests."""
+
+    executor: PluginExecutor
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    plugin_timeout: float | None = None
+
+    def cni_for(self, netconf: NetConf) -> CNI:
+        """A libcni handle for this request: ``binDir`` first, then the daemon's ``CNI_PATH``.
+
+        The runtime's ``CNI_PATH`` is deliberately not used (upstream thick behaviour).
+        """
+        paths = [netconf.bin_dir]
+        paths += [p for p in self.environ.get("CNI_PATH", "").split(":") if p]
+        return CNI(
+            paths=paths,
+            executor=self.executor,
+            cache_dir=netconf.cni_dir,
+            exec_timeout=self.plugin_timeout,
+            environ=self.environ,
+        )

@@ -1,0 +1,185 @@
+"""Running one delegate: interface naming, runtime conf, and the libcni call (reference §6.9).
+
+Shared by ADD, DEL, CHECK and the hot-plug API so that a delegate is run the same way whichever
+verb reaches it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
+from multusd.cni.api import CNI, RuntimeConf
+from multusd.cni.args import K8sArgs
+from multusd.cni.conf import conf_from_bytes, conflist_from_bytes
+from multusd.cni.netns import validate_ifname
+from multusd.networks.delegates import Delegate
+
+_MAC = re.compile(r"^([0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}$")
+
+
+def interface_name(delegate: Delegate, index: int, runtime_ifname: str) -> str:
+    """A requested name wins; the master gets the runtime's; others ``net<position>``."""
+    if delegate.ifname_request:
+        return delegate.ifname_request
+    if delegate.master:
+        return runtime_ifname
+    return f"net{index}"
+
+
+def _merge_env_args(args: list[tuple[str, str]], env_args: str) -> None:
+    """Merge the daemon process's own ``CNI_ARGS`` (thin-plugin heritage, §6.9.2)."""
+    for item in env_args.split(";") if env_args else ():
+        if "=" not in item:
+            continue
+        key, value = item.split("=", 1)
+        for i, (k, v) in enumerate(args):
+            if k == key and not v and value:
+                args[i] = (k, value)
+                break
+        else:
+            args.append((key, value))
+
+
+def runtime_args(
+    k8s: K8sArgs, delegate: Delegate, *, env_args: str = "", legacy: bool = False
+) -> tuple[tuple[str, str], ...]:
+    """The ``CNI_ARGS`` a delegate receives, in upstream's fixed order."""
+    args = [
+        ("IgnoreUnknown", "true"),
+        ("K8S_POD_NAMESPACE", k8s.pod_namespace),
+        ("K8S_POD_NAME", k8s.pod_name),
+        ("K8S_POD_INFRA_CONTAINER_ID", k8s.infra_container_id),
+        ("K8S_POD_UID", k8s.pod_uid),
+    ]
+    _merge_env_args(args, env_args)
+    if legacy:
+        if delegate.mac_request:
+            if not _MAC.match(delegate.mac_request):
+                raise CNIError(
+                    INVALID_NETWORK_CONFIG,
+                    f'DelegateAdd: failed to parse mac address "{delegate.mac_request}"',
+                )
+            args.append(("MAC", delegate.mac_request))
+        if delegate.ip_request:
+            for ip in delegate.ip_request:
+                try:
+                    ipaddress.ip_interface(ip)
+                except ValueError:
+                    raise CNIError(
+                        INVALID_NETWORK_CONFIG, f'DelegateAdd: failed to parse IP address "{ip}"'
+                    ) from None
+            args.append(("IP", ",".join(delegate.ip_request)))
+    return tuple(args)
+
+
+def capability_args(delegate: Delegate, runtime_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Runtime capabilities for one delegate: the runtime's, overridden by the selection.
+
+    Only the capabilities Multus models are passed on; libcni then keeps the ones the plugin
+    declares (reference §6.9.2).
+    """
+    base = dict(runtime_config or {})
+    if not delegate.master:
+        if delegate.port_mappings_request:
+            base["portMappings"] = list(delegate.port_mappings_request)
+        if delegate.bandwidth_request is not None:
+            base["bandwidth"] = delegate.bandwidth_request
+        if delegate.ip_request:
+            base["ips"] = list(delegate.ip_request)
+        if delegate.mac_request:
+            base["mac"] = delegate.mac_request
+        if delegate.infiniband_guid_request:
+            base["infinibandGUID"] = delegate.infiniband_guid_request
+        if delegate.device_id:
+            base["deviceID"] = delegate.device_id
+    out: dict[str, Any] = {}
+    if base.get("portMappings"):
+        out["portMappings"] = base["portMappings"]
+    if base.get("bandwidth"):
+        out["bandwidth"] = base["bandwidth"]
+    if base.get("ips"):
+        out["ips"] = base["ips"]
+    for key in ("mac", "infinibandGUID", "deviceID", "CNIDeviceInfoFile"):
+        if base.get(key):
+            out[key] = base[key]
+    return out
+
+
+def runtime_conf(
+    *,
+    container_id: str,
+    netns: str,
+    ifname: str,
+    args: tuple[tuple[str, str], ...],
+    capabilities: Mapping[str, Any],
+) -> RuntimeConf:
+    return RuntimeConf(
+        container_id=container_id,
+        netns=netns,
+        ifname=ifname,
+        args=args,
+        capability_args=dict(capabilities),
+    )
+
+
+async def check_ifname(delegate: Delegate, rt: RuntimeConf) -> None:
+    """Upstream ``DelegateAdd`` step 1: the pod namespace exists and has no such link yet."""
+    try:
+        await validate_ifname(rt.netns, rt.ifname)
+    except CNIError as exc:
+        raise exc.with_prefix(
+            f'DelegateAdd: cannot set "{delegate.plugin_type}" interface name to "{rt.ifname}": '
+        ) from exc
+
+
+async def delegate_add(
+    cni: CNI, delegate: Delegate, rt: RuntimeConf, *, ifname_checked: bool = False
+) -> dict[str, Any]:
+    """Upstream ``DelegateAdd``: check the interface name in the pod, then run the plugin(s)."""
+    if not ifname_checked:
+        await check_ifname(delegate, rt)
+    if delegate.is_conflist:
+        return await cni.add_network_list(conflist_from_bytes(delegate.raw), rt)
+    return await cni.add_network(conf_from_bytes(delegate.raw), rt)
+
+
+async def delegate_del(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:
+    if delegate.is_conflist:
+        try:
+            await cni.del_network_list(conflist_from_bytes(delegate.raw), rt)
+        except CNIError as exc:
+            raise exc.with_prefix(
+                f'DelegateDel: error invoking ConflistDel - "{delegate.network_name}": '
+                "conflistDel: error in getting result from DelNetworkList: "
+            ) from exc
+        return
+    try:
+        await cni.del_network(conf_from_bytes(delegate.raw), rt)
+    except CNIError as exc:
+        raise exc.with_prefix(
+            f'DelegateDel: error invoking DelegateDel - "{delegate.plugin_type}": '
+            "error in getting result from DelNetwork: "
+        ) from exc
+
+
+async def delegate_check(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:
+    if delegate.is_conflist:
+        try:
+            await cni.check_network_list(conflist_from_bytes(delegate.raw), rt)
+        except CNIError as exc:
+            raise exc.with_prefix(
+                f'DelegateCheck: error invoking ConflistCheck - "{delegate.network_name}": '
+                "conflistCheck: error in getting result from CheckNetworkList: "
+            ) from exc
+        return
+    try:
+        await cni.check_network(conf_from_bytes(delegate.raw), rt)
+    except CNIError as exc:
+        raise exc.with_prefix(
+            f'DelegateCheck: error invoking DelegateCheck - "{delegate.plugin_type}": '
+            "error in getting result from CheckNetwork: "
+        ) from exc

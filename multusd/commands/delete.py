@@ -1,0 +1,82 @@
+"""CNI DEL (reference §7.1): undo what the cached delegates did, and never strand the runtime.
+
+Everything is best effort: a missing cache, a gone pod or a failing delegate must not stop the
+remaining delegates from being deleted. Errors are reported joined, after all were tried.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+
+from cni_shim import gojson
+from cni_shim.errors import INTERNAL, CNIError
+from multusd.commands import scratch
+from multusd.commands.add import k8s_args_of
+from multusd.commands.context import CmdArgs, Services
+from multusd.commands.delegate import (
+    capability_args,
+    delegate_del,
+    interface_name,
+    runtime_args,
+    runtime_conf,
+)
+from multusd.networks.delegates import Delegate, delegate_from_bytes
+from multusd.networks.netconf import load_netconf
+
+log = logging.getLogger(__name__)
+
+
+def _backfill_version(delegate: Delegate, version: str) -> Delegate:
+    """Conflists cached without ``cniVersion`` get the Multus one, keeping every other key."""
+    if not delegate.is_conflist or delegate.cni_version or not version:
+        return delegate
+    try:
+        conf = json.loads(delegate.raw)
+        conf["cniVersion"] = version
+        patched = delegate_from_bytes(gojson.dumps(conf, sort_keys=True).encode())
+    except (ValueError, TypeError, CNIError):
+        return delegate
+    return replace(delegate, raw=patched.raw, conf=patched.conf)
+
+
+async def delete(cmd: CmdArgs, services: Services) -> None:
+    netconf = load_netconf(cmd.config)
+    k8s = k8s_args_of(cmd)
+    try:
+        delegates = await scratch.load(netconf.cni_dir, cmd.container_id)
+    except scratch.CorruptCache as exc:
+        log.error("[%s] Multus: %s; nothing deleted", cmd.request_id, exc)
+        return
+    if delegates is None:
+        log.warning(
+            "[%s] Multus: failed to get the cached delegates file for %s, cannot properly delete",
+            cmd.request_id,
+            cmd.container_id,
+        )
+        return
+
+    cni = services.cni_for(netconf)
+    env_args = services.environ.get("CNI_ARGS", "")
+    errors: list[CNIError] = []
+    for index in range(len(delegates) - 1, -1, -1):
+        delegate = _backfill_version(delegates[index], netconf.cni_version)
+        rt = runtime_conf(
+            container_id=cmd.container_id,
+            netns=cmd.netns,
+            ifname=interface_name(delegate, index, cmd.ifname),
+            args=runtime_args(k8s, delegate, env_args=env_args),
+            capabilities=capability_args(delegate, netconf.runtime_config),
+        )
+        try:
+            await delegate_del(cni, delegate, rt)
+        except CNIError as exc:
+            errors.append(exc)
+
+    joined = " / ".join(str(e) for e in errors)
+    if not netconf.retry_delete_on_error or not errors or "no such file or directory" in joined:
+        await scratch.remove(netconf.cni_dir, cmd.container_id)
+    if errors:
+        code = errors[0].code if len(errors) == 1 else INTERNAL
+        raise CNIError(code, f"errors: {joined}")

@@ -1,0 +1,1 @@
+"""Configuration: the daemon config file, the generated multus config, readiness."""

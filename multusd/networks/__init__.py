@@ -1,0 +1,1 @@
+"""Networks: the Multus NetConf of a request, and the delegates it resolves to."""

@@ -1,0 +1,52 @@
+"""Which delegates a pod gets, in execution order (reference §6.1 step 6, §6.5).
+
+Cluster network first (the master), then default networks, then the pod's own selections.
+Without Kubernetes only the first part exists: ``clusterNetwork`` from disk, or the inline
+``delegates`` list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from cni_shim import gojson
+from cni_shim.errors import CNIError
+from multusd.networks.delegates import Delegate, delegate_from_bytes, resolve_on_disk
+from multusd.networks.netconf import NetConf
+
+
+def inline_delegates(netconf: NetConf) -> list[Delegate]:
+    """The config's own ``delegates`` (used only when ``clusterNetwork`` is empty)."""
+    out: list[Delegate] = []
+    for index, conf in enumerate(netconf.delegates):
+        try:
+            # Upstream re-marshals each inline delegate from a Go map: keys sorted.
+            out.append(delegate_from_bytes(gojson.dumps(conf, sort_keys=True).encode()))
+        except CNIError as exc:
+            raise exc.with_prefix(
+                f"Multus: error loading netconf: LoadNetConf: failed to load delegate {index} "
+                "config: "
+            ) from exc
+    if out:
+        out[0] = out[0].as_master()
+    return out
+
+
+async def cluster_network(netconf: NetConf) -> Delegate:
+    """Resolve ``clusterNetwork``; upstream replaces the reason with a fixed text (kept)."""
+    try:
+        found = await asyncio.to_thread(resolve_on_disk, netconf.cluster_network, netconf.conf_dir)
+    except CNIError as exc:
+        raise CNIError(
+            exc.code,
+            f"GetDefaultNetworks: failed to get clusterNetwork {netconf.cluster_network} "
+            f"in namespace {netconf.multus_namespace}",
+            str(exc),
+        ) from exc
+    return found.as_master()
+
+
+async def resolve_delegates(netconf: NetConf) -> list[Delegate]:
+    if not netconf.cluster_network:
+        return await asyncio.to_thread(inline_delegates, netconf)
+    return [await cluster_network(netconf)]

@@ -1,0 +1,1 @@
+"""The daemon's HTTP API on the unix socket."""

@@ -1,0 +1,187 @@
+"""``/cni``, ``/healthz`` and ``/readyz``: decode the wire format, build the command, map errors.
+
+Every failure leaves here as HTTP 400 with a CNI error object (``code``, ``msg``, ``details``),
+so the code a plugin or the daemon chose reaches the runtime. Upstream's shim understands that
+body too (it decodes CNI error objects before falling back to text).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from cni_shim import wire
+from cni_shim.errors import INTERNAL, INVALID_ENVIRONMENT, CNIError
+from multusd.cni.args import parse_envelope_args
+from multusd.commands.add import add
+from multusd.commands.check import check
+from multusd.commands.context import CmdArgs, Services
+from multusd.commands.delete import delete
+from multusd.commands.gc import gc
+from multusd.commands.status import status
+from multusd.config.override import override_config
+from multusd.errors import internal
+
+log = logging.getLogger(__name__)
+
+POD_COMMANDS = ("ADD", "DEL", "CHECK")
+NODE_COMMANDS = ("GC", "STATUS")
+
+
+@dataclass
+class DaemonState:
+    """What the probes report: ``/readyz`` flips to 500 the moment shutdown begins."""
+
+    shutting_down: bool = False
+    in_flight: int = 0
+    ready_reason: str = "serving"
+    idle: Callable[[], None] | None = field(default=None, repr=False)
+
+
+def _env_error(msg: str) -> CNIError:
+    return CNIError(INVALID_ENVIRONMENT, msg)
+
+
+def build_cmd_args(env: dict[str, str], config: bytes) -> CmdArgs:
+    """Upstream ``extractCniData`` (reference §2.4 steps 2–5), without the override."""
+    command = env.get("CNI_COMMAND")
+    if not command:
+        raise _env_error("unexpected or missing CNI_COMMAND")
+    if command in NODE_COMMANDS:
+        return CmdArgs(command, "", "", "", "", config)
+    prefix = "could not extract the CNI command args: "
+    if "CNI_CONTAINERID" not in env:
+        raise _env_error(prefix + "missing CNI_CONTAINERID")
+    # Upstream also demands CNI_NETNS on DEL, where the spec makes it optional; a runtime that
+    # omits it would never get its delegates deleted (reference §12 quirk 12). Not here.
+    if "CNI_NETNS" not in env and command != "DEL":
+        raise _env_error(prefix + "missing CNI_NETNS")
+    if "CNI_ARGS" not in env:
+        raise _env_error(prefix + "missing CNI_ARGS")
+    cni_args = env["CNI_ARGS"]
+    try:
+        pairs = parse_envelope_args(cni_args)
+    except CNIError as exc:
+        raise exc.with_prefix("could not extract the kubernetes runtime args: ") from exc
+    for key in ("K8S_POD_NAMESPACE", "K8S_POD_NAME"):
+        if key not in pairs:
+            raise _env_error(f"could not extract the kubernetes runtime args: missing {key}")
+    if command in POD_COMMANDS and not (pairs["K8S_POD_NAME"] and pairs["K8S_POD_NAMESPACE"]):
+        raise _env_error(
+            "required CNI variable missing. pod name: "
+            f"{pairs['K8S_POD_NAME']}; pod namespace: {pairs['K8S_POD_NAMESPACE']}"
+        )
+    return CmdArgs(
+        command=command,
+        container_id=env["CNI_CONTAINERID"],
+        netns=env.get("CNI_NETNS", ""),
+        ifname=env.get("CNI_IFNAME") or "eth0",
+        args=cni_args,
+        config=config,
+    )
+
+
+Command = Callable[[CmdArgs, Services], Awaitable[dict[str, Any] | None]]
+
+
+_COMMANDS: dict[str, Command] = {
+    "ADD": add,
+    "DEL": delete,
+    "CHECK": check,
+    "STATUS": status,
+    "GC": gc,
+}
+
+
+def error_response(err: CNIError) -> web.Response:
+    """HTTP 400 with the CNI error object; code 0 (libcni's ``ErrUnknown``) is sent as 999,
+    since a runtime must never read a failure as code 0."""
+    if err.code == 0:
+        err = CNIError(INTERNAL, err.msg, err.details)
+    return web.Response(status=400, body=err.to_json().encode(), content_type="application/json")
+
+
+@dataclass
+class Handlers:
+    services: Services
+    daemon_raw: dict[str, Any] | None
+    ignore_readiness: bool
+    state: DaemonState
+
+    async def cni(self, request: web.Request) -> web.Response:
+        started = time.monotonic()
+        self.state.in_flight += 1
+        try:
+            return await self._cni(request, started)
+        finally:
+            self.state.in_flight -= 1
+            if self.state.in_flight == 0 and self.state.idle is not None:
+                self.state.idle()
+
+    async def _cni(self, request: web.Request, started: float) -> web.Response:
+        body = await request.read()
+        try:
+            env, stdin, _attributes = wire.decode_request(body)
+            cmd = build_cmd_args(env, stdin)
+            config = override_config(
+                cmd.config, self.daemon_raw, ignore_readiness=self.ignore_readiness
+            )
+            cmd = CmdArgs(cmd.command, cmd.container_id, cmd.netns, cmd.ifname, cmd.args, config)
+        except CNIError as exc:
+            log.info("/cni rejected: %s", exc)
+            return error_response(exc)
+
+        runner = _COMMANDS.get(cmd.command)
+        if runner is None:
+            return error_response(_env_error(f"unknown cmd type: {cmd.command}"))
+        try:
+            result = await runner(cmd, self.services)
+        except CNIError as exc:
+            outcome: CNIError | None = self._wrap(cmd, exc)
+        except Exception as exc:  # a bug must not kill the daemon or hang the runtime
+            log.exception("[%s] %s failed unexpectedly", cmd.request_id, cmd.command)
+            outcome = self._wrap(cmd, internal(f"internal error: {exc!r}"))
+        else:
+            outcome = None
+        elapsed = (time.monotonic() - started) * 1000
+        log.info(
+            "[%s] %s container=%s args=%s took %.1fms: %s",
+            cmd.request_id,
+            cmd.command,
+            cmd.container_id,
+            cmd.args,
+            elapsed,
+            "ok" if outcome is None else outcome,
+        )
+        if outcome is not None:
+            return error_response(outcome)
+        if result is None:
+            return web.Response()
+        try:
+            return web.Response(body=wire.encode_response(result), content_type="application/json")
+        except CNIError as exc:
+            return error_response(exc.with_prefix("failed to generate the CNI result: "))
+
+    @staticmethod
+    def _wrap(cmd: CmdArgs, err: CNIError) -> CNIError:
+        if cmd.command == "ADD":
+            k8s = parse_envelope_args(cmd.args)
+            err = err.with_prefix(
+                f"error configuring pod [{k8s['K8S_POD_NAMESPACE']}/{k8s['K8S_POD_NAME']}] "
+                "networking: "
+            )
+        if cmd.command in POD_COMMANDS:
+            err = err.with_prefix(cmd.describe())
+        return err
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response()
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        status = 500 if self.state.shutting_down else 200
+        return web.Response(status=status, content_type="application/json")
