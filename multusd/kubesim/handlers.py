@@ -1,0 +1,234 @@
+"""HTTP handlers for ``/api`` and ``/apis``: discovery documents and the resource verbs.
+
+Request parsing, authentication, fault injection, stats and error rendering happen once in the
+middleware (``app.py``); by the time a handler runs, the request's ``RequestInfo`` is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from multusd.kubesim import discovery, operations, watch
+from multusd.kubesim.encoding import (
+    JSON,
+    Encoder,
+    decode_object,
+    loads,
+    negotiate,
+    request_media_type,
+)
+from multusd.kubesim.errors import ApiError, bad_request, method_not_allowed, path_not_found
+from multusd.kubesim.routes import DiscoveryPath, Target
+from multusd.kubesim.selectors import FieldSelector, parse_field_selector, parse_label_selector
+from multusd.kubesim.state import State
+from multusd.kubesim.store import Entry
+from multusd.kubesim.tables import table_for, wants_table
+
+STATE_KEY = web.AppKey("kubesim_state", State)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """What the middleware learned about a request before any handler ran."""
+
+    target: Target | DiscoveryPath | None
+    verb: str
+
+
+INFO_KEY = web.RequestKey("kubesim_info", RequestInfo)
+
+
+def _json(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
+
+
+def error_response(err: ApiError) -> web.Response:
+    return _json(JSON.object(err.status()), err.code, err.headers or None)
+
+
+async def api(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    info: RequestInfo = request[INFO_KEY]
+    if isinstance(info.target, DiscoveryPath):
+        return _discovery(state, info.target, request.method)
+    if info.target is None:
+        raise path_not_found()
+    return await _resource(request, state, info.target, info.verb)
+
+
+def _discovery(state: State, path: DiscoveryPath, method: str) -> web.Response:
+    if method != "GET":
+        raise method_not_allowed(method)
+    enc = negotiate(None)[0]
+    doc: dict[str, Any] | None
+    if path.group == "" and path.version == "":
+        doc = discovery.core_versions(state.server_address)
+    elif path.group is None:
+        doc = discovery.group_list(state.registry)
+    elif path.version == "":
+        doc = discovery.group(state.registry, path.group)
+    else:
+        doc = discovery.resource_list(state.registry, path.group, path.version)
+    if doc is None:
+        raise path_not_found()
+    return _json(enc.object(doc))
+
+
+async def _body(request: web.Request) -> Any:
+    data = await request.read()
+    if not data:
+        raise bad_request("the request body is empty")
+    return loads(data)
+
+
+def _check_body_type(request: web.Request) -> None:
+    media = request_media_type(request.content_type)
+    if media != "application/json":
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f"application/json (got {media!r})",
+        )
+
+
+def _reject_dry_run(request: web.Request) -> None:
+    if request.query.getall("dryRun", []):
+        raise bad_request("kubesim does not implement dryRun")
+
+
+async def _resource(
+    request: web.Request, state: State, target: Target, verb: str
+) -> web.StreamResponse:
+    encoder, accepted = negotiate(request.headers.get("Accept"))
+    table = accepted is not None and wants_table(accepted)
+    include = request.query.get("includeObject", "Metadata")
+    if verb in ("list", "watch", "deletecollection"):
+        return await _collection(
+            request, state, target, verb, encoder=encoder, table=table, include=include
+        )
+    rt = target.rt
+    ns = target.namespace or ""
+    name = target.name or ""
+    if verb == "get":
+        entry = operations.get(state, rt, ns, name)
+        if table:
+            meta = {"resourceVersion": str(entry.rv)}
+            return _json(encoder.object(table_for(rt, meta, [entry.raw], include)))
+        return _json(entry.raw)
+    _reject_dry_run(request)
+    if verb == "create":
+        if target.name is not None or target.subresource:
+            raise method_not_allowed(request.method)
+        _check_body_type(request)
+        entry = operations.create(state, rt, ns, decode_object(await request.read()))
+        return _json(entry.raw, 201)
+    if verb == "update":
+        _check_body_type(request)
+        body = decode_object(await request.read())
+        entry = operations.update(state, rt, ns, name, body, subresource=target.subresource)
+        return _json(entry.raw)
+    if verb == "patch":
+        media = request_media_type(request.content_type)
+        body = await _body(request)
+        entry = operations.patch(
+            state, rt, ns, name, content_type=media, body=body, subresource=target.subresource
+        )
+        return _json(entry.raw)
+    if verb == "delete" and not target.subresource:
+        options = await _delete_options(request)
+        entry = operations.delete(state, rt, ns, name, options.get("preconditions"))
+        return _deleted(encoder, entry, target)
+    raise method_not_allowed(request.method)
+
+
+async def _collection(
+    request: web.Request,
+    state: State,
+    target: Target,
+    verb: str,
+    *,
+    encoder: Encoder,
+    table: bool,
+    include: str,
+) -> web.StreamResponse:
+    rt = target.rt
+    labels = parse_label_selector(request.query.get("labelSelector"))
+    fields = parse_field_selector(request.query.get("fieldSelector"), rt.selectable)
+    if target.name is not None:
+        # A watch on one object (legacy /watch/.../name, or ?watch on an item URL).
+        by_name = parse_field_selector(f"metadata.name={target.name}", rt.selectable)
+        fields = FieldSelector((*fields.terms, *by_name.terms))
+    namespace = target.namespace if rt.namespaced else None
+    if verb == "watch":
+        transform = None
+        if table:
+
+            def transform(raw: bytes) -> bytes:
+                return encoder.object(table_for(rt, {}, [raw], include))
+
+        query = watch.WatchQuery(rt, namespace, labels, fields, transform)
+        return await watch.serve(request, state, encoder, query)
+    if verb == "deletecollection":
+        _reject_dry_run(request)
+        doomed = list(state.store.iter_entries(rt, namespace, labels=labels, fields=fields))
+        deleted = [operations.delete(state, rt, e.namespace, e.name).raw for e in doomed]
+        meta = {"resourceVersion": str(state.store.resource_version)}
+        return _json(encoder.list_body(rt.api_version, rt.list_kind, meta, deleted))
+    page = operations.list_page(
+        state,
+        rt,
+        namespace,
+        labels,
+        fields,
+        limit=_int_param(request, "limit"),
+        continue_token=request.query.get("continue", ""),
+    )
+    list_meta: dict[str, Any] = {"resourceVersion": str(page.resource_version)}
+    if page.continue_token:
+        list_meta["continue"] = page.continue_token
+    if page.remaining:
+        list_meta["remainingItemCount"] = page.remaining
+    if table:
+        return _json(encoder.object(table_for(rt, list_meta, page.items, include)))
+    return _json(encoder.list_body(rt.api_version, rt.list_kind, list_meta, page.items))
+
+
+async def _delete_options(request: web.Request) -> dict[str, Any]:
+    data = await request.read()
+    if not data:
+        return {}
+    options = loads(data)
+    return options if isinstance(options, dict) else {}
+
+
+def _deleted(encoder: Encoder, entry: Entry, target: Target) -> web.Response:
+    rt = target.rt
+    if rt.return_deleted_object:
+        return _json(entry.raw)
+    details: dict[str, Any] = {"name": entry.name}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.plural
+    details["uid"] = entry.uid
+    status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }
+    return _json(encoder.object(status))
+
+
+def _int_param(request: web.Request, name: str) -> int:
+    text = request.query.get(name)
+    if not text:
+        return 0
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise bad_request(f"invalid {name} {text!r}") from exc

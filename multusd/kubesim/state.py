@@ -1,0 +1,48 @@
+"""The emulator's settings and the shared state every request handler reaches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from multusd.kubesim.faults import Faults
+from multusd.kubesim.resources import Registry
+from multusd.kubesim.stats import Stats
+from multusd.kubesim.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Tunables; every timeout is a named field with the apiserver's default."""
+
+    # The bearer token clients must send; None accepts anonymous requests.
+    token: str | None = "kubesim-token"
+    # How often an idle watch that asked for bookmarks gets one (the apiserver: about a minute).
+    bookmark_interval: float = 60.0
+    # A watch without timeoutSeconds ends after a random time in [t, 2t] (--min-request-timeout).
+    min_request_timeout: float = 1800.0
+    # Writes remembered for watch resumption; older versions get 410 Expired.
+    history_limit: int = 10_000
+    # Events queued for one slow watcher before it is closed.
+    watcher_capacity: int = 100_000
+    # Requests kept in the request log.
+    log_limit: int = 10_000
+    # Largest request body accepted (etcd's object limit is 1.5 MiB).
+    max_body_bytes: int = 3 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class State:
+    settings: Settings
+    registry: Registry = field(default_factory=Registry)
+    store: Store = field(init=False)
+    faults: Faults = field(default_factory=Faults)
+    stats: Stats = field(init=False)
+    # host:port clients used to reach us, for /api's serverAddressByClientCIDRs.
+    server_address: str = ""
+
+    def __post_init__(self) -> None:
+        self.store = Store(
+            history_limit=self.settings.history_limit,
+            watcher_capacity=self.settings.watcher_capacity,
+        )
+        self.stats = Stats(log_limit=self.settings.log_limit)

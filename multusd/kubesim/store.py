@@ -1,0 +1,374 @@
+"""Object storage with one cluster-wide resourceVersion and a bounded watch history.
+
+Objects are kept *encoded*: each entry holds the JSON bytes a GET returns plus the few things
+lists and watches filter on (labels, selectable fields). A list of 50,000 pods is then one join of
+stored bytes, and memory is about the size of the JSON rather than three times it as dicts.
+Writers decode, change and re-encode one object; that is the cheap side.
+
+Every write takes the next resourceVersion and appends a change to the history. The history is
+a bounded window (etcd compaction in miniature): a watch may resume from any version inside it,
+and older versions get 410 Expired, which is what makes clients relist.
+
+All methods are synchronous and run on the event loop thread, so a write, its history entry and
+its delivery to every open watcher happen atomically with respect to other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import json
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from multusd.kubesim.encoding import dumps
+from multusd.kubesim.errors import already_exists, conflict, not_found, too_large, too_old
+from multusd.kubesim.resources import ResourceType
+from multusd.kubesim.selectors import FieldSelector, LabelSelector
+
+ObjKey = tuple[str, str]  # (namespace or "", name)
+Visible = Callable[[ResourceType, "Entry"], bool]
+
+ADDED = "ADDED"
+MODIFIED = "MODIFIED"
+DELETED = "DELETED"
+BOOKMARK = "BOOKMARK"
+ERROR = "ERROR"
+
+
+def _always(_rt: ResourceType, _entry: Entry) -> bool:
+    return True
+
+
+@dataclass(slots=True, frozen=True)
+class Entry:
+    """One stored object version: its encoded bytes and what selectors look at."""
+
+    namespace: str
+    name: str
+    uid: str
+    rv: int
+    labels: Mapping[str, str]
+    fields: Mapping[str, str]
+    raw: bytes
+
+    def decode(self) -> dict[str, Any]:
+        obj: dict[str, Any] = json.loads(self.raw)
+        return obj
+
+    @property
+    def key(self) -> ObjKey:
+        return (self.namespace, self.name)
+
+
+@dataclass(slots=True, frozen=True)
+class Change:
+    """One write, as history keeps it: the type, the object after it, and the object before."""
+
+    rv: int
+    rt: ResourceType
+    type: str
+    new: Entry
+    old: Entry | None
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One item queued for a watcher; ``raw`` is None for a bookmark."""
+
+    type: str
+    rv: int
+    raw: bytes | None
+    annotations: Mapping[str, str] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Watcher:
+    """A subscription: filters plus a queue the watch stream drains.
+
+    The queue is bounded like the apiserver's per-watcher buffer; a watcher that falls that far
+    behind is closed (its client rewatches from the last version it saw), rather than letting
+    memory grow without limit.
+    """
+
+    rt: ResourceType
+    namespace: str | None
+    labels: LabelSelector
+    fields: FieldSelector
+    visible: Visible
+    capacity: int
+    queue: deque[Delivery] = field(default_factory=deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: str | None = None
+
+    def matches(self, entry: Entry) -> bool:
+        if self.namespace is not None and entry.namespace != self.namespace:
+            return False
+        return (
+            self.labels.matches(entry.labels)
+            and self.fields.matches(entry.fields)
+            and self.visible(self.rt, entry)
+        )
+
+    def offer(self, change: Change) -> None:
+        """Queue ``change`` as this watcher sees it (selector transitions become ADDED/DELETED)."""
+        if self.closed:
+            return
+        new_match = self.matches(change.new)
+        if change.type == ADDED:
+            kind = ADDED if new_match else None
+        elif change.type == DELETED:
+            kind = DELETED if new_match else None
+        else:
+            old_match = change.old is not None and self.matches(change.old)
+            if old_match and new_match:
+                kind = MODIFIED
+            elif new_match:
+                kind = ADDED
+            elif old_match:
+                kind = DELETED
+            else:
+                kind = None
+        if kind is not None:
+            self.push(Delivery(kind, change.rv, change.new.raw))
+
+    def push(self, item: Delivery) -> None:
+        if self.closed:
+            return
+        if len(self.queue) >= self.capacity:
+            self.close("overflow")
+            return
+        self.queue.append(item)
+        self.wakeup.set()
+
+    def close(self, reason: str) -> None:
+        if not self.closed:
+            self.closed = reason
+        self.wakeup.set()
+        self.closing.set()
+
+    def take(self) -> list[Delivery]:
+        items = list(self.queue)
+        self.queue.clear()
+        if not self.closed:
+            self.wakeup.clear()
+        return items
+
+
+class _Table:
+    """The objects of one resource type, with a lazily rebuilt sorted key list for paging."""
+
+    __slots__ = ("entries", "sorted_keys")
+
+    def __init__(self) -> None:
+        self.entries: dict[ObjKey, Entry] = {}
+        self.sorted_keys: list[ObjKey] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    resource_version: int
+    oldest_resumable: int
+    history: int
+    watchers: int
+    objects: dict[str, int]
+
+
+class Store:
+    """The emulator's database."""
+
+    def __init__(self, *, history_limit: int = 10_000, watcher_capacity: int = 100_000) -> None:
+        self._rv = 0
+        self._tables: dict[ResourceType, _Table] = {}
+        self._history: deque[Change] = deque()
+        self._history_limit = history_limit
+        self._compacted = 0
+        self._watchers: set[Watcher] = set()
+        self._watcher_capacity = watcher_capacity
+
+    # --- reads -----------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    @property
+    def compacted(self) -> int:
+        """Versions at or above this are resumable; below it a watch gets 410."""
+        return self._compacted
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> Entry | None:
+        table = self._tables.get(rt)
+        return table.entries.get((namespace, name)) if table else None
+
+    def count(self, rt: ResourceType) -> int:
+        table = self._tables.get(rt)
+        return len(table.entries) if table else 0
+
+    def iter_entries(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        fields: FieldSelector | None = None,
+        visible: Visible = _always,
+        after: ObjKey | None = None,
+    ) -> Iterator[Entry]:
+        """Matching entries in key order (namespace, then name), starting after ``after``."""
+        table = self._tables.get(rt)
+        if table is None:
+            return
+        name = fields.exact("metadata.name") if fields else None
+        if name is not None and namespace is not None:
+            entry = table.entries.get((namespace, name))
+            candidates: list[ObjKey] = [entry.key] if entry else []
+        else:
+            if table.sorted_keys is None:
+                table.sorted_keys = sorted(table.entries)
+            candidates = table.sorted_keys
+        start = bisect.bisect_right(candidates, after) if after is not None else 0
+        for i in range(start, len(candidates)):
+            entry = table.entries[candidates[i]]
+            if namespace is not None and entry.namespace != namespace:
+                continue
+            if labels is not None and not labels.matches(entry.labels):
+                continue
+            if fields is not None and not fields.matches(entry.fields):
+                continue
+            if not visible(rt, entry):
+                continue
+            yield entry
+
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(
+            resource_version=self._rv,
+            oldest_resumable=self._compacted,
+            history=len(self._history),
+            watchers=len(self._watchers),
+            objects={rt.group_resource: len(t.entries) for rt, t in self._tables.items()},
+        )
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def _encode(self, rt: ResourceType, obj: dict[str, Any], rv: int) -> Entry:
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(rv)
+        labels = meta.get("labels") or {}
+        return Entry(
+            namespace=meta.get("namespace", "") if rt.namespaced else "",
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            rv=rv,
+            labels={str(k): str(v) for k, v in labels.items()},
+            fields=rt.fields(obj),
+            raw=dumps(obj),
+        )
+
+    def _table(self, rt: ResourceType) -> _Table:
+        table = self._tables.get(rt)
+        if table is None:
+            table = self._tables[rt] = _Table()
+        return table
+
+    def create(self, rt: ResourceType, obj: dict[str, Any]) -> Entry:
+        """Store a new object (metadata already filled by the caller) at the next version."""
+        meta = obj["metadata"]
+        key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+        table = self._table(rt)
+        if key in table.entries:
+            raise already_exists(rt, key[1])
+        self._rv += 1
+        entry = self._encode(rt, obj, self._rv)
+        table.entries[key] = entry
+        table.sorted_keys = None
+        self._record(Change(self._rv, rt, ADDED, entry, None))
+        return entry
+
+    def update(self, rt: ResourceType, obj: dict[str, Any], expected_rv: int | None) -> Entry:
+        """Replace an object; ``expected_rv`` (when given) must be the stored version (409)."""
+        meta = obj["metadata"]
+        key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+        table = self._table(rt)
+        old = table.entries.get(key)
+        if old is None:
+            raise not_found(rt, key[1])
+        if expected_rv is not None and expected_rv != old.rv:
+            raise conflict(rt, key[1])
+        self._rv += 1
+        entry = self._encode(rt, obj, self._rv)
+        table.entries[key] = entry
+        self._record(Change(self._rv, rt, MODIFIED, entry, old))
+        return entry
+
+    def delete(self, rt: ResourceType, namespace: str, name: str) -> Entry:
+        """Remove an object; the returned entry is its last state at the deletion version."""
+        table = self._table(rt)
+        key = (namespace if rt.namespaced else "", name)
+        old = table.entries.get(key)
+        if old is None:
+            raise not_found(rt, name)
+        del table.entries[key]
+        table.sorted_keys = None
+        self._rv += 1
+        entry = self._encode(rt, old.decode(), self._rv)
+        self._record(Change(self._rv, rt, DELETED, entry, old))
+        return entry
+
+    def _record(self, change: Change) -> None:
+        self._history.append(change)
+        while len(self._history) > self._history_limit:
+            self._compacted = self._history.popleft().rv
+        for watcher in self._watchers:
+            if watcher.rt is change.rt:
+                watcher.offer(change)
+
+    def compact(self) -> int:
+        """Forget all history, as an etcd compaction at the current version does."""
+        self._history.clear()
+        self._compacted = self._rv
+        return self._rv
+
+    # --- watches ---------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        rt: ResourceType,
+        *,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        visible: Visible = _always,
+        since: int | None,
+    ) -> Watcher:
+        """Open a watcher. ``since=None`` starts with the current state as ADDED events; a
+        version replays the retained changes after it, or raises 410 when it is too old."""
+        watcher = Watcher(rt, namespace, labels, fields, visible, self._watcher_capacity)
+        if since is None:
+            for entry in self.iter_entries(
+                rt, namespace, labels=labels, fields=fields, visible=visible
+            ):
+                watcher.queue.append(Delivery(ADDED, entry.rv, entry.raw))
+        else:
+            if since < self._compacted:
+                raise too_old(since, self._compacted + 1)
+            if since > self._rv:
+                raise too_large(since, self._rv)
+            replay = list(itertools.takewhile(lambda c: c.rv > since, reversed(self._history)))
+            for change in reversed(replay):
+                if change.rt is rt:
+                    watcher.offer(change)
+        if watcher.queue:
+            watcher.wakeup.set()
+        self._watchers.add(watcher)
+        return watcher
+
+    def unsubscribe(self, watcher: Watcher) -> None:
+        self._watchers.discard(watcher)
+
+    def watchers(self) -> list[Watcher]:
+        return list(self._watchers)
