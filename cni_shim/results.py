@@ -293,6 +293,20 @@ def dumps_indent(result: dict[str, Any]) -> str:
     return gojson.dumps_indent(to_wire(result))
 
 
+def render(result: dict[str, Any], cni_version: str) -> str:
+    """What the shim prints for an ADD: the result in its config's version, 4-space indented.
+
+    An empty ``cni_version`` means 0.1.0, as libcni's converter has it. The daemon uses this
+    too, to answer our shim in print-ready form (see ``cni_shim.wire.PRINT_REQUEST``).
+    """
+    try:
+        return dumps_indent(convert(result, cni_version or "0.1.0"))
+    except CNIError:
+        raise
+    except Exception as exc:  # conversion errors are returned unprefixed, as upstream
+        raise CNIError(INTERNAL, str(exc)) from exc
+
+
 def _drop_empty_lists(obj: Any) -> Any:
     # omitempty on the slices the canonical form keeps to remember they were non-nil.
     if type(obj) is dict:

@@ -92,8 +92,14 @@ class _Shim:
             self.log.set_level(conf.log_level)
         return conf
 
-    def _post(self, args: skel.CmdArgs, *, wait: bool) -> tuple[dict[str, Any] | None, str]:
-        """Readiness, then ``POST /cni``; returns (result, the shim config's cniVersion)."""
+    def _post(
+        self, args: skel.CmdArgs, *, wait: bool, printed: bool = False
+    ) -> tuple[dict[str, Any] | str | None, str]:
+        """Readiness, then ``POST /cni``; returns (result, the shim config's cniVersion).
+
+        With ``printed`` the daemon is asked for the print-ready text; the result is then that
+        ``str`` when the daemon obliged (ours does, upstream's does not).
+        """
         conf = self._configure(args.stdin_data)
         sock = socket_path(conf.socket_dir)
         if wait:
@@ -102,8 +108,11 @@ class _Shim:
             readiness.check_now(sock)
         stdin_text = args.stdin_data.decode("utf-8", "replace")
         try:
-            status, _, body = transport.post(
-                sock, CNI_PATH, wire.encode_request(self.environ, args.stdin_data)
+            status, headers, body = transport.post(
+                sock,
+                CNI_PATH,
+                wire.encode_request(self.environ, args.stdin_data),
+                headers={wire.PRINT_REQUEST: "1"} if printed else None,
             )
         except transport.TransportError as exc:
             raise CNIError(INTERNAL, f"{exc}: StdinData: {stdin_text}") from exc
@@ -112,6 +121,8 @@ class _Shim:
             if isinstance(err, wire.RequestFailed):
                 raise CNIError(INTERNAL, f"{err.msg}: StdinData: {stdin_text}") from err
             raise err
+        if printed and wire.PRINTED.lower() in headers:
+            return body.decode("utf-8", "replace"), conf.cni_version
         return wire.decode_response(body), conf.cni_version
 
     def _fail(self, prefix: str, exc: CNIError) -> CNIError:
@@ -122,13 +133,14 @@ class _Shim:
     def add(self, args: skel.CmdArgs) -> None:
         prefix = "CmdAdd (shim): "
         try:
-            result, cni_version = self._post(args, wait=True)
+            result, cni_version = self._post(args, wait=True, printed=True)
             if result is None:
                 raise CNIError(INTERNAL, "the daemon answered 200 without a result")
+            text = result if isinstance(result, str) else _render(result, cni_version)
         except CNIError as exc:
             raise self._fail(prefix, exc) from exc
-        self.log.verbose(prefix + gojson.dumps(result))
-        skel.emit(self.stdout, _render(result, cni_version))
+        self.log.verbose(prefix + (text if isinstance(result, str) else gojson.dumps(result)))
+        skel.emit(self.stdout, text)
 
     def _simple(self, args: skel.CmdArgs, prefix: str) -> None:
         try:
@@ -154,16 +166,10 @@ class _Shim:
 
 
 def _render(result: dict[str, Any], cni_version: str) -> str:
-    """``types.PrintResult``: the result in the shim config's version, 4-space indented."""
+    """``types.PrintResult`` of a ``{"Result":...}`` answer (an upstream daemon's)."""
     from cni_shim import results
 
-    # An empty cniVersion means 0.1.0 to libcni's converter.
-    try:
-        return results.dumps_indent(results.convert(result, cni_version or "0.1.0"))
-    except CNIError:
-        raise
-    except Exception as exc:  # conversion errors are returned unprefixed, as upstream
-        raise CNIError(INTERNAL, str(exc)) from exc
+    return results.render(result, cni_version)
 
 
 def main(

@@ -170,7 +170,7 @@ def _read_body(conn: _Conn, status: int, headers: Mapping[str, str]) -> bytes:
     return conn.read_to_eof()
 
 
-def _build_request(path: str, body: bytes) -> bytes:
+def _build_request(path: str, body: bytes, extra: Mapping[str, str] | None) -> bytes:
     head = (
         f"POST {path} HTTP/1.1\r\n"
         f"Host: {HOST}\r\n"
@@ -178,13 +178,18 @@ def _build_request(path: str, body: bytes) -> bytes:
         f"Content-Length: {len(body)}\r\n"
         "Content-Type: application/json\r\n"
         "Connection: close\r\n"
-        "\r\n"
+        + "".join(f"{name}: {value}\r\n" for name, value in (extra or {}).items())
+        + "\r\n"
     )
     return head.encode("latin-1") + body
 
 
 def post(
-    socket_path: str, path: str, body: bytes, timeout: float | None = None
+    socket_path: str,
+    path: str,
+    body: bytes,
+    timeout: float | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     """``POST http://dummy<path>`` over the unix socket; returns (status, headers, body).
 
@@ -213,7 +218,7 @@ def post(
         try:
             if deadline is not None:
                 conn.arm()
-            sock.sendall(_build_request(path, body))
+            sock.sendall(_build_request(path, body, headers))
         except TimeoutError as exc:
             raise _timeout(url) from exc
         except OSError as exc:

@@ -64,6 +64,18 @@ def env_map(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+PRINT_REQUEST = "X-Multus-Print-Result"
+"""Request header of our shim: "if you can, answer ADD with the exact text I should print".
+
+Converting and pretty-printing the result is the largest part of the shim's own work; the
+daemon has the converter loaded already. Upstream's daemon ignores the header and answers
+``{"Result":...}``, which the shim then converts itself; upstream's shim never sends it and
+gets ``{"Result":...}`` from us.
+"""
+PRINTED = "X-Multus-Printed"
+"""Response header: the body is the shim's stdout, verbatim."""
+
+
 def encode_request(env: Mapping[str, str], config: bytes) -> bytes:
     """Body of ``POST /cni``: the WHOLE environment and the raw stdin, Go struct order."""
     parts: list[str] = []

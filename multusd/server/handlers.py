@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cni_shim import wire
+from cni_shim import gojson, results, wire
 from cni_shim.errors import INTERNAL, INVALID_ENVIRONMENT, CNIError
 from multusd.cni.args import parse_envelope_args
 from multusd.commands.add import add
@@ -98,6 +98,16 @@ _COMMANDS: dict[str, Command] = {
 }
 
 
+def _config_version(config: bytes) -> str:
+    """The ``cniVersion`` of the config the shim was given (what it prints results in)."""
+    try:
+        conf = gojson.loads(config)
+    except ValueError:
+        return ""
+    version = conf.get("cniVersion", "") if isinstance(conf, dict) else ""
+    return version if isinstance(version, str) else ""
+
+
 def error_response(err: CNIError) -> web.Response:
     """HTTP 400 with the CNI error object; code 0 (libcni's ``ErrUnknown``) is sent as 999,
     since a runtime must never read a failure as code 0."""
@@ -163,6 +173,9 @@ class Handlers:
         if result is None:
             return web.Response()
         try:
+            if wire.PRINT_REQUEST in request.headers:
+                text = results.render(result, _config_version(stdin))
+                return web.Response(text=text, headers={wire.PRINTED: "1"})
             return web.Response(body=wire.encode_response(result), content_type="application/json")
         except CNIError as exc:
             return error_response(exc.with_prefix("failed to generate the CNI result: "))

@@ -71,6 +71,24 @@ def result_route(result: dict[str, Any]) -> Responder:
 # --- ADD -------------------------------------------------------------------------------------
 
 
+def test_add_asks_for_and_prints_a_print_ready_answer_verbatim(fake_daemon: FakeDaemon) -> None:
+    printed = '{\n    "cniVersion": "0.3.1"\n}'
+    fake_daemon.routes["/cni"] = lambda req: response(
+        200, printed.encode(), headers={wire.PRINTED: "1"}
+    )
+    code, out, err = run(env(), conf(fake_daemon))
+    assert (code, out, err) == (0, printed, "")
+    assert fake_daemon.requests[-1].headers.get(wire.PRINT_REQUEST.lower()) == "1"
+
+
+def test_add_converts_a_plain_result_answer_itself(fake_daemon: FakeDaemon) -> None:
+    """An upstream daemon ignores the print request and answers ``{"Result":...}``."""
+    fake_daemon.routes["/cni"] = result_route(RESULT_110)
+    code, out, _ = run(env(), conf(fake_daemon, "1.0.0"))
+    assert code == 0
+    assert out == results.render(RESULT_110, "1.0.0")
+
+
 @pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_add_prints_result_in_config_version(fake_daemon: FakeDaemon, version: str) -> None:
     fake_daemon.routes["/cni"] = result_route(RESULT_110)
