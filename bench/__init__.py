@@ -1,0 +1,1 @@
+"""Benchmarks for multusd. Run ``tox -e bench`` (or ``python -m bench``) as root."""

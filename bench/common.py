@@ -1,0 +1,118 @@
+"""Shared benchmark plumbing: timing statistics, namespaces, a daemon process, report output."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+PERFORMANCE_MD = REPO / "docs" / "performance.md"
+PLUGIN_DIR = "/usr/lib/cni"
+
+
+@dataclass(frozen=True)
+class Stats:
+    runs: int
+    median_ms: float
+    p99_ms: float
+    mean_ms: float
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> Stats:
+        ms = sorted(s * 1000 for s in seconds)
+        p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
+        return cls(len(ms), statistics.median(ms), p99, statistics.fmean(ms))
+
+
+def timed(func: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
+
+
+def run(cmd: Sequence[str], *, stdin: bytes = b"", env: dict[str, str] | None = None) -> bytes:
+    done = subprocess.run(list(cmd), input=stdin, env=env, capture_output=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed ({done.returncode}): {done.stdout!r} {done.stderr!r}")
+    return done.stdout
+
+
+def short_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@contextlib.contextmanager
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="mb-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+@contextlib.contextmanager
+def netns() -> Iterator[str]:
+    name = f"mb-{short_id()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+@contextlib.contextmanager
+def daemon(directory: Path, config: dict[str, Any]) -> Iterator[str]:
+    """A real ``multusd`` process; yields its socket directory."""
+    path = directory / "daemon-config.json"
+    path.write_text(json.dumps(config))
+    sock = os.path.join(config["socketDir"], "multus.sock")
+    log = (directory / "daemon.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "multusd", "--config", str(path)], stdout=log, stderr=log, cwd=REPO
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(sock)
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("daemon did not start")
+        yield config["socketDir"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+
+
+def save(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def publish(section: str, markdown: str) -> None:
+    """Replace the text between ``<!-- bench:NAME -->`` markers in docs/performance.md."""
+    start, end = f"<!-- bench:{section} -->", f"<!-- /bench:{section} -->"
+    text = PERFORMANCE_MD.read_text()
+    if start not in text:
+        text += f"\n{start}\n{end}\n"
+    head, rest = text.split(start, 1)
+    _old, tail = rest.split(end, 1)
+    PERFORMANCE_MD.write_text(f"{head}{start}\n{markdown.strip()}\n{end}{tail}")
