@@ -60,37 +60,46 @@ def _parse_bool(pair: str, value: str) -> bool:
         return False
     raise _error(
         f'ARGS: error parsing value of pair "{pair}": '
-        f"boolean unmarshal error: invalid input {value}"
+        f"boolean unmarshal error: invalid input {lowered}"
     )
 
 
+def _valid_ip(value: str) -> bool:
+    """Go ``net.IP.UnmarshalText``: empty means "no IP"; zones (``%eth0``) are not IPs."""
+    if not value:
+        return True
+    if "%" in value:
+        return False
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_k8s_args(cni_args: str) -> K8sArgs:
-    """libcni ``types.LoadArgs`` into ``K8sArgs`` (reference §6.2)."""
+    """libcni ``types.LoadArgs`` into ``K8sArgs`` (reference §6.2).
+
+    One pass in string order, as Go's: the first bad pair or value is the error reported, and
+    the last ``IgnoreUnknown`` wins; unknown keys are only judged after the whole string.
+    """
     if not cni_args:
         return K8sArgs()
-    pairs: list[tuple[str, str, str]] = []
     ignore_unknown = False
+    fields: dict[str, str] = {}
+    unknown: list[str] = []
     for pair in cni_args.split(";"):
         kv = pair.split("=")
         if len(kv) != 2:
             raise _error(f'ARGS: invalid pair "{pair}"')
         key, value = kv
         if key == "IgnoreUnknown":
-            ignore_unknown = _parse_bool(pair, value) or ignore_unknown
-        pairs.append((pair, key, value))
-
-    fields: dict[str, str] = {}
-    unknown: list[str] = []
-    for pair, key, value in pairs:
-        if key == "IgnoreUnknown":
-            continue
-        if key == "IP":
-            try:
-                ipaddress.ip_address(value)
-            except ValueError:
+            ignore_unknown = _parse_bool(pair, value)
+        elif key == "IP":
+            if not _valid_ip(value):
                 raise _error(
                     f'ARGS: error parsing value of pair "{pair}": invalid IP address: {value}'
-                ) from None
+                )
             fields["ip"] = value
         elif key in _STRING_KEYS:
             fields[_STRING_KEYS[key]] = value

@@ -18,7 +18,33 @@ from multusd.cni.conf import conf_from_bytes, conflist_from_bytes
 from multusd.cni.netns import validate_ifname
 from multusd.networks.delegates import Delegate
 
-_MAC = re.compile(r"^([0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}$")
+# Go ``net.ParseMAC``: 6, 8 or 20 octets, as ``xx:xx..``, ``xx-xx..`` (one separator
+# throughout) or ``xxxx.xxxx..``.
+_MAC = re.compile(
+    "|".join(
+        rf"[0-9a-fA-F]{{2}}(?:{sep}[0-9a-fA-F]{{2}}){{{n - 1}}}"
+        for sep in (":", "-")
+        for n in (6, 8, 20)
+    )
+    + "|"
+    + "|".join(rf"[0-9a-fA-F]{{4}}(?:\.[0-9a-fA-F]{{4}}){{{n // 2 - 1}}}" for n in (6, 8, 20))
+)
+_PREFIX_LEN = re.compile(r"[0-9]{1,3}")
+
+
+def _valid_ip_request(value: str) -> bool:
+    """Go ``net.ParseCIDR`` when there is a ``/``, else ``net.ParseIP`` (no zones, no masks)."""
+    address, slash, prefix = value.partition("/")
+    if "%" in address or (slash and not _PREFIX_LEN.fullmatch(prefix)):
+        return False
+    try:
+        if slash:
+            ipaddress.ip_interface(value)
+        else:
+            ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def interface_name(delegate: Delegate, index: int, runtime_ifname: str) -> str:
@@ -58,7 +84,7 @@ def runtime_args(
     _merge_env_args(args, env_args)
     if legacy:
         if delegate.mac_request:
-            if not _MAC.match(delegate.mac_request):
+            if not _MAC.fullmatch(delegate.mac_request):
                 raise CNIError(
                     INVALID_NETWORK_CONFIG,
                     f'DelegateAdd: failed to parse mac address "{delegate.mac_request}"',
@@ -66,12 +92,10 @@ def runtime_args(
             args.append(("MAC", delegate.mac_request))
         if delegate.ip_request:
             for ip in delegate.ip_request:
-                try:
-                    ipaddress.ip_interface(ip)
-                except ValueError:
+                if not _valid_ip_request(ip):
                     raise CNIError(
                         INVALID_NETWORK_CONFIG, f'DelegateAdd: failed to parse IP address "{ip}"'
-                    ) from None
+                    )
             args.append(("IP", ",".join(delegate.ip_request)))
     return tuple(args)
 

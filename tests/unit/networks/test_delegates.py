@@ -1,0 +1,256 @@
+"""Delegates from config bytes and from disk (reference §6.5, §6.6.4), on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_shim.errors import INVALID_NETWORK_CONFIG, IO_FAILURE, CNIError
+from multusd.networks.delegates import (
+    delegate_from_bytes,
+    find_by_name,
+    load_conf_file,
+    load_conflist_file,
+    load_path,
+    resolve_on_disk,
+)
+
+LIST_PREFIX = "LoadDelegateNetConf: failed with: LoadDelegateNetConfList: "
+
+BRIDGE = {"cniVersion": "0.3.1", "name": "br", "type": "bridge", "bridge": "cni0"}
+CONFLIST = {
+    "name": "cbr0",
+    "cniVersion": "0.3.1",
+    "plugins": [
+        {"type": "flannel", "delegate": {"hairpinMode": True}},
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+    ],
+}
+
+
+def write(path: Path, obj: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(obj if isinstance(obj, bytes) else json.dumps(obj).encode())
+    return path
+
+
+def invalid(call: Any, *args: Any) -> str:
+    with pytest.raises(CNIError) as info:
+        call(*args)
+    assert info.value.code == INVALID_NETWORK_CONFIG
+    return info.value.msg
+
+
+# --- delegate_from_bytes --------------------------------------------------------------------
+
+
+def test_single_plugin_keeps_bytes() -> None:
+    data = b'{"type": "bridge", "name": "br",  "x": 1}'
+    delegate = delegate_from_bytes(data)
+    assert delegate.raw == data
+    assert delegate.name == delegate.network_name == "br"
+    assert delegate.plugin_type == "bridge"
+    assert not delegate.is_conflist
+    assert not delegate.master
+    assert delegate.as_master().master
+
+
+def test_conflist_from_bytes() -> None:
+    data = json.dumps(CONFLIST).encode()
+    delegate = delegate_from_bytes(data)
+    assert delegate.raw == data
+    assert delegate.is_conflist
+    assert delegate.name == "cbr0"
+    assert delegate.conf == {"name": "cbr0", "cniVersion": "0.3.1"}
+    assert delegate.cni_version == "0.3.1"
+    assert delegate.plugin_type == ""
+    assert [p["type"] for p in delegate.plugins] == ["flannel", "portmap"]
+
+
+@pytest.mark.parametrize("obj", [{"name": "x"}, {"name": "x", "plugins": None}, {"type": ""}])
+def test_conflist_without_plugins(obj: dict[str, Any]) -> None:
+    assert invalid(delegate_from_bytes, json.dumps(obj).encode()) == (
+        LIST_PREFIX + "delegate must have the 'type' or 'plugin' field"
+    )
+
+
+def test_empty_plugin_list_is_a_clear_error() -> None:
+    assert invalid(delegate_from_bytes, b'{"name": "x", "plugins": []}') == (
+        LIST_PREFIX + "delegate must have at least one plugin"
+    )
+
+
+@pytest.mark.parametrize(
+    "plugins", [[{"name": "a"}], [{"type": ""}, {"type": "bridge"}], ["bridge"]]
+)
+def test_first_plugin_without_type(plugins: list[Any]) -> None:
+    data = json.dumps({"name": "x", "plugins": plugins}).encode()
+    assert invalid(delegate_from_bytes, data) == (
+        LIST_PREFIX + "a plugin delegate must have the 'type' field"
+    )
+
+
+@pytest.mark.parametrize("data", [b"{", b"[]", b"\xff"])
+def test_not_an_object(data: bytes) -> None:
+    msg = invalid(delegate_from_bytes, data)
+    assert msg.startswith("LoadDelegateNetConf: error unmarshalling delegate config: ")
+
+
+# --- load_conflist_file ---------------------------------------------------------------------
+
+
+def test_conflist_file_rebuilt_losslessly(tmp_path: Path) -> None:
+    source = {
+        "plugins": [
+            {"type": "calico", "kubernetes": {"kubeconfig": "/k"}, "ipam": {"type": "calico-ipam"}},
+            {"type": "portmap", "snat": True},
+        ],
+        "name": "k8s-pod-network",
+        "cniVersion": "0.3.1",
+        "zzz": 1,
+    }
+    path = write(tmp_path / "10-calico.conflist", source)
+    delegate = load_conflist_file(path)
+    expected = {
+        "cniVersion": "0.3.1",
+        "name": "k8s-pod-network",
+        "plugins": source["plugins"],
+        "zzz": 1,
+    }
+    assert json.loads(delegate.raw) == expected
+    assert list(json.loads(delegate.raw)) == ["cniVersion", "name", "plugins", "zzz"]
+    assert b" " not in delegate.raw
+    assert delegate.plugins[0]["kubernetes"] == {"kubeconfig": "/k"}
+    assert delegate.conf == {"cniVersion": "0.3.1", "name": "k8s-pod-network", "zzz": 1}
+    assert delegate.name == "k8s-pod-network"
+    assert delegate.is_conflist
+
+
+def test_conflist_file_subdirectory_plugins(tmp_path: Path) -> None:
+    path = write(tmp_path / "net.conflist", {"name": "chain", "plugins": [{"type": "bridge"}]})
+    write(tmp_path / "chain" / "20-b.conf", {"type": "tuning"})
+    write(tmp_path / "chain" / "10-a.conf", {"type": "portmap"})
+    write(tmp_path / "chain" / "05-ignored.json", {"type": "ignored"})
+    delegate = load_conflist_file(path)
+    assert [p["type"] for p in delegate.plugins] == ["bridge", "portmap", "tuning"]
+    assert [p["type"] for p in json.loads(delegate.raw)["plugins"]] == [
+        "bridge",
+        "portmap",
+        "tuning",
+    ]
+
+
+def test_conflist_file_only_subdirectory_plugins(tmp_path: Path) -> None:
+    path = write(tmp_path / "net.conflist", {"name": "chain"})
+    write(tmp_path / "chain" / "a.conf", {"type": "bridge"})
+    assert [p["type"] for p in load_conflist_file(path).plugins] == ["bridge"]
+
+
+def test_conflist_file_errors(tmp_path: Path) -> None:
+    empty = write(tmp_path / "empty.conflist", {"name": "none"})
+    assert invalid(load_conflist_file, empty) == (
+        f"error loading CNI conflist file {empty}: no plugin configs found"
+    )
+    untyped = write(tmp_path / "untyped.conflist", {"name": "u", "plugins": [{"x": 1}]})
+    assert invalid(load_conflist_file, untyped) == (
+        f"error loading CNI conflist file {untyped}: a plugin delegate must have the 'type' field"
+    )
+    directory = tmp_path / "dir.conflist"
+    directory.mkdir()
+    assert invalid(load_conflist_file, directory) == (
+        f"error loading CNI conflist file {directory}: CNI configuration path is not a regular file"
+    )
+    broken = write(tmp_path / "broken.conflist", b"{")
+    assert invalid(load_conflist_file, broken).startswith(
+        f"error loading CNI conflist file {broken}"
+    )
+
+
+# --- load_conf_file / load_path -------------------------------------------------------------
+
+
+def test_conf_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "br.conf", BRIDGE)
+    delegate = load_conf_file(path)
+    assert delegate.raw == path.read_bytes()
+    assert delegate.name == "br"
+
+
+def test_conf_file_missing_type(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.conf", {"name": "x"})
+    assert invalid(load_conf_file, path) == (
+        f"error loading CNI config file {path}: error parsing configuration: missing 'type'"
+    )
+
+
+def test_load_path_directory_takes_first_by_name(tmp_path: Path) -> None:
+    write(tmp_path / "20-b.conf", {**BRIDGE, "name": "b"})
+    write(tmp_path / "10-a.conflist", {**CONFLIST, "name": "a"})
+    write(tmp_path / "05-ignored.txt", b"junk")
+    assert load_path(tmp_path).name == "a"
+
+
+def test_load_path_directory_without_conf_files(tmp_path: Path) -> None:
+    write(tmp_path / "a.json", BRIDGE)
+    assert invalid(load_path, tmp_path) == f"getNetDelegate: cannot find network: {tmp_path}"
+
+
+def test_load_path_files(tmp_path: Path) -> None:
+    assert load_path(write(tmp_path / "a.conflist", CONFLIST)).is_conflist
+    assert load_path(write(tmp_path / "b.conf", BRIDGE)).name == "br"
+    assert load_path(write(tmp_path / "c.json", BRIDGE)).name == "br"
+
+
+# --- find_by_name / resolve_on_disk ---------------------------------------------------------
+
+
+def test_find_by_name_sorted_first_match(tmp_path: Path) -> None:
+    write(tmp_path / "30-late.conf", {**BRIDGE, "name": "net", "bridge": "late"})
+    write(tmp_path / "10-early.conf", {**BRIDGE, "name": "net", "bridge": "early"})
+    write(tmp_path / "20-list.conflist", {**CONFLIST, "name": "list"})
+    write(tmp_path / "00-other.json", {**BRIDGE, "name": "other"})
+    found = find_by_name(tmp_path, "net")
+    assert found is not None
+    assert found.conf["bridge"] == "early"
+    listed = find_by_name(tmp_path, "list")
+    assert listed is not None and listed.is_conflist
+    assert find_by_name(tmp_path, "absent") is None
+    assert find_by_name(tmp_path / "missing", "net") is None
+
+
+def test_find_by_name_ignores_subdirectories(tmp_path: Path) -> None:
+    write(tmp_path / "sub" / "a.conf", {**BRIDGE, "name": "net"})
+    assert find_by_name(tmp_path, "net") is None
+
+
+def test_find_by_name_aborts_on_bad_file_before_match(tmp_path: Path) -> None:
+    write(tmp_path / "00-bad.conf", {"name": "no-type"})
+    write(tmp_path / "10-good.conf", {**BRIDGE, "name": "net"})
+    with pytest.raises(CNIError):
+        find_by_name(tmp_path, "net")
+
+
+def test_resolve_by_name(tmp_path: Path) -> None:
+    write(tmp_path / "a.conf", BRIDGE)
+    assert resolve_on_disk("br", str(tmp_path)).name == "br"
+    assert invalid(resolve_on_disk, "nope", str(tmp_path)) == (
+        "getNetDelegate: cannot find network: nope"
+    )
+
+
+def test_resolve_by_path_ignores_conf_dir(tmp_path: Path) -> None:
+    path = write(tmp_path / "x" / "a.conflist", CONFLIST)
+    assert resolve_on_disk(str(path), "/nonexistent").name == "cbr0"
+    assert resolve_on_disk(str(path.parent), "/nonexistent").name == "cbr0"
+
+
+def test_resolve_missing_path(tmp_path: Path) -> None:
+    missing = tmp_path / "gone.conf"
+    with pytest.raises(CNIError) as info:
+        resolve_on_disk(str(missing), str(tmp_path))
+    assert info.value.code == IO_FAILURE == 5
+    assert info.value.msg == f"{os.strerror(2)}: {missing}"

@@ -1,0 +1,93 @@
+"""Which delegates a pod gets without Kubernetes (reference §6.1 step 6, §6.5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cni_shim.errors import INVALID_NETWORK_CONFIG, IO_FAILURE, CNIError
+from multusd.networks.netconf import NetConf
+from multusd.networks.resolve import cluster_network, inline_delegates, resolve_delegates
+
+
+def netconf(**fields: Any) -> NetConf:
+    return NetConf.model_validate(fields)
+
+
+def test_inline_delegates_re_marshalled_sorted_first_is_master() -> None:
+    conf = netconf(
+        delegates=[
+            {"type": "bridge", "name": "b", "bridge": "<x>", "cniVersion": "0.3.1"},
+            {"name": "list", "plugins": [{"type": "ptp", "mtu": 1400}]},
+        ]
+    )
+    first, second = inline_delegates(conf)
+    assert (
+        first.raw == b'{"bridge":"\\u003cx\\u003e","cniVersion":"0.3.1","name":"b","type":"bridge"}'
+    )
+    assert first.master
+    assert not second.master
+    assert second.is_conflist
+    assert second.raw == b'{"name":"list","plugins":[{"mtu":1400,"type":"ptp"}]}'
+
+
+def test_inline_delegate_error_names_its_index() -> None:
+    conf = netconf(delegates=[{"type": "bridge"}, {"name": "no-type-or-plugins"}])
+    with pytest.raises(CNIError) as info:
+        inline_delegates(conf)
+    assert info.value.code == INVALID_NETWORK_CONFIG
+    assert info.value.msg == (
+        "Multus: error loading netconf: LoadNetConf: failed to load delegate 1 config: "
+        "LoadDelegateNetConf: failed with: LoadDelegateNetConfList: "
+        "delegate must have the 'type' or 'plugin' field"
+    )
+
+
+def test_no_inline_delegates() -> None:
+    assert inline_delegates(netconf()) == []
+
+
+async def test_resolve_uses_inline_without_cluster_network() -> None:
+    delegates = await resolve_delegates(netconf(delegates=[{"type": "a"}, {"type": "b"}]))
+    assert [d.plugin_type for d in delegates] == ["a", "b"]
+    assert [d.master for d in delegates] == [True, False]
+
+
+async def test_cluster_network_wins_over_inline(tmp_path: Path) -> None:
+    (tmp_path / "a.conf").write_text(json.dumps({"name": "cbr0", "type": "bridge"}))
+    conf = netconf(clusterNetwork="cbr0", confDir=str(tmp_path), delegates=[{"type": "x"}])
+    delegates = await resolve_delegates(conf)
+    assert [d.name for d in delegates] == ["cbr0"]
+    assert delegates[0].master
+
+
+async def test_cluster_network_by_path(tmp_path: Path) -> None:
+    path = tmp_path / "net.conflist"
+    path.write_text(json.dumps({"name": "l", "plugins": [{"type": "bridge"}]}))
+    delegate = await cluster_network(netconf(clusterNetwork=str(path)))
+    assert delegate.master and delegate.is_conflist
+
+
+async def test_cluster_network_not_found_message_replaced(tmp_path: Path) -> None:
+    conf = netconf(clusterNetwork="missing", confDir=str(tmp_path), multusNamespace="multus")
+    with pytest.raises(CNIError) as info:
+        await cluster_network(conf)
+    assert info.value.code == INVALID_NETWORK_CONFIG
+    assert info.value.msg == (
+        "GetDefaultNetworks: failed to get clusterNetwork missing in namespace multus"
+    )
+    assert info.value.details == "getNetDelegate: cannot find network: missing"
+
+
+async def test_cluster_network_missing_path_keeps_code(tmp_path: Path) -> None:
+    missing = tmp_path / "gone.conf"
+    with pytest.raises(CNIError) as info:
+        await cluster_network(netconf(clusterNetwork=str(missing)))
+    assert info.value.code == IO_FAILURE
+    assert info.value.msg == (
+        f"GetDefaultNetworks: failed to get clusterNetwork {missing} in namespace kube-system"
+    )
+    assert str(missing) in info.value.details

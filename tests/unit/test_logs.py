@@ -1,0 +1,165 @@
+"""Upstream's log shape: ``<RFC3339> [<level>] <message>`` and its four levels (§8.3)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from multusd import logs
+
+LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d) \[(\w+)\] (.*)$")
+
+
+@pytest.fixture(autouse=True)
+def _restore_logger() -> Iterator[None]:
+    logger = logging.getLogger("multusd")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    for handler in saved[0]:
+        logger.addHandler(handler)
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
+
+@pytest.fixture
+def timezone(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    yield monkeypatch
+    monkeypatch.undo()
+    time.tzset()
+
+
+def record(level: int, msg: str = "hello %s", created: float = 0.0) -> logging.LogRecord:
+    args = ("world",) if "%s" in msg else ()
+    rec = logging.LogRecord("multusd.x", level, __file__, 1, msg, args, None)
+    rec.created = created
+    return rec
+
+
+@pytest.mark.parametrize(
+    ("tz", "stamp"),
+    [
+        ("UTC", "1970-01-01T00:00:00Z"),
+        ("XXX-02", "1970-01-01T02:00:00+02:00"),
+        ("XXX+05:30", "1969-12-31T18:30:00-05:30"),
+    ],
+)
+def test_rfc3339_in_local_zone(timezone: pytest.MonkeyPatch, tz: str, stamp: str) -> None:
+    timezone.setenv("TZ", tz)
+    time.tzset()
+    line = logs.MultusFormatter().format(record(logging.ERROR))
+    assert line == f"{stamp} [error] hello world"
+
+
+@pytest.mark.parametrize(
+    ("level", "name"),
+    [
+        (logging.CRITICAL, "panic"),
+        (logging.ERROR, "error"),
+        (logging.WARNING, "error"),
+        (logging.INFO, "verbose"),
+        (logging.DEBUG, "debug"),
+        (5, "verbose"),
+    ],
+)
+def test_level_names(level: int, name: str) -> None:
+    line = logs.MultusFormatter().format(record(level, "m"))
+    match = LINE.match(line)
+    assert match is not None
+    assert match.group(2, 3) == (name, "m")
+
+
+def test_exception_appended() -> None:
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        rec = logging.LogRecord("multusd", logging.ERROR, __file__, 1, "failed", (), None)
+        rec.exc_info = sys.exc_info()
+    text = logs.MultusFormatter().format(rec)
+    first, *rest = text.splitlines()
+    assert first.endswith(" [error] failed")
+    assert rest[-1] == "RuntimeError: boom"
+
+
+def test_parse_level() -> None:
+    assert [logs.parse_level(n) for n in ("panic", "ERROR", "Verbose", "debug")] == [
+        logging.CRITICAL,
+        logging.ERROR,
+        logging.INFO,
+        logging.DEBUG,
+    ]
+    assert logs.parse_level("") is None
+    assert logs.parse_level("trace") is None
+    # Upstream's numeric order: panic < error < verbose < debug (more is chattier).
+    ordered = [logs.LEVELS[n] for n in ("panic", "error", "verbose", "debug")]
+    assert ordered == sorted(ordered, reverse=True)
+
+
+def emit_all() -> None:
+    log = logging.getLogger("multusd.test")
+    log.critical("p")
+    log.error("e")
+    log.info("v")
+    log.debug("d")
+
+
+@pytest.mark.parametrize(
+    ("level", "seen"),
+    [("", "p"), ("panic", "p"), ("error", "pe"), ("verbose", "pev"), ("DEBUG", "pevd")],
+)
+def test_configured_level_filters(level: str, seen: str) -> None:
+    stream = io.StringIO()
+    logs.configure(level=level, to_stderr=True, stream=stream)
+    emit_all()
+    matches = [LINE.match(line) for line in stream.getvalue().splitlines()]
+    messages = [m.group(3) for m in matches if m is not None]
+    assert len(messages) == len(matches)
+    assert "".join(messages) == seen
+
+
+def test_unknown_level_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    stream = io.StringIO()
+    logs.configure(level="loud", to_stderr=True, stream=stream)
+    assert capsys.readouterr().err == "multus logging: cannot set logging level to loud\n"
+    emit_all()
+    assert stream.getvalue().count("\n") == 1
+
+
+def test_file_handler_and_stderr_together(tmp_path: Path) -> None:
+    path = tmp_path / "multus.log"
+    stream = io.StringIO()
+    logs.configure(level="error", to_stderr=True, log_file=str(path), stream=stream)
+    assert not path.exists()  # opened lazily
+    logging.getLogger("multusd.x").error("to both %d", 1)
+    for handler in logging.getLogger("multusd").handlers:
+        handler.flush()
+    file_lines = path.read_text().splitlines()
+    assert len(file_lines) == 1
+    assert file_lines[0].endswith(" [error] to both 1")
+    assert stream.getvalue().splitlines() == file_lines
+
+
+def test_reconfigure_replaces_handlers(tmp_path: Path) -> None:
+    first = io.StringIO()
+    logs.configure(level="error", to_stderr=True, stream=first)
+    logs.configure(level="error", log_file=str(tmp_path / "l.log"))
+    logging.getLogger("multusd").error("only in file")
+    assert first.getvalue() == ""
+    handlers = logging.getLogger("multusd").handlers
+    assert len(handlers) == 1 and isinstance(handlers[0], logging.FileHandler)
+    assert logging.getLogger("multusd").propagate is False
+
+
+def test_no_output_configured_is_silent() -> None:
+    logs.configure(level="debug")
+    handlers = logging.getLogger("multusd").handlers
+    assert len(handlers) == 1 and isinstance(handlers[0], logging.NullHandler)
