@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from cni_shim import _gonet, gojson
 from cni_shim.errors import DECODING_FAILURE, CNIError
+from cni_shim.goquote import go_quote
 
 TYPE_CHECKING = False  # typing costs milliseconds at shim start-up; annotations only
 if TYPE_CHECKING:
@@ -413,26 +414,3 @@ def _quote_char(char: str) -> str:
     if char == '"':
         return "'\"'"
     return "'" + go_quote(char)[1:-1] + "'"
-
-
-_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_ESCAPES |= {"\v": "\\v", "\\": "\\\\", '"': '\\"'}
-
-
-def go_quote(text: str) -> str:
-    """``strconv.Quote``, i.e. what Go's ``%q`` prints for a string."""
-    out = ['"']
-    for char in text:
-        code = ord(char)
-        if char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif char.isprintable():
-            out.append(char)
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)

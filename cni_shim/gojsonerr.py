@@ -11,7 +11,7 @@ the last match winning, and Go's type-mismatch texts. Invalid UTF-8 becomes U+FF
 
 from __future__ import annotations
 
-from cni_shim import _godecode, gojson
+from cni_shim import gojson
 from cni_shim.errors import CNIError
 
 TYPE_CHECKING = False
@@ -43,13 +43,14 @@ def loads(data: bytes | str) -> Any:
         return gojson.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, NaN/Infinity, nesting
         try:
+            from cni_shim import _godecode  # error path only: Go's wording
+
             _godecode.loads(text.encode("utf-8", "surrogatepass"))
         except CNIError as go_err:
             raise GoJSONError(go_err.msg) from exc
         raise GoJSONError(str(exc)) from exc  # pragma: no cover - both parsers disagree
 
 
-go_quote = _godecode.go_quote
 """Go's ``strconv.Quote`` (``%q``)."""
 
 

@@ -21,21 +21,32 @@ from __future__ import annotations
 
 from cni_shim import _godecode, _resultconv, _resulttypes, gojson
 from cni_shim.errors import DECODING_FAILURE, INCOMPATIBLE_VERSION, INTERNAL, CNIError
+from cni_shim.goquote import go_quote
+from cni_shim.versions import LATEST, SUPPORTED_VERSIONS, parse_version, version_ge
+
+# The version helpers live in ``versions`` (cheap to import); they stay part of this API.
+__all__ = [
+    "LATEST",
+    "SUPPORTED_VERSIONS",
+    "convert",
+    "create_from_bytes",
+    "decode",
+    "decode_response",
+    "dumps",
+    "dumps_indent",
+    "empty_result",
+    "has_interfaces_or_ips",
+    "normalize",
+    "parse_version",
+    "render",
+    "to_wire",
+    "version_ge",
+]
 
 TYPE_CHECKING = False  # typing costs milliseconds at shim start-up; annotations only
 if TYPE_CHECKING:
     from typing import Any
 
-SUPPORTED_VERSIONS: tuple[str, ...] = (
-    "0.1.0",
-    "0.2.0",
-    "0.3.0",
-    "0.3.1",
-    "0.4.0",
-    "1.0.0",
-    "1.1.0",
-)
-LATEST = "1.1.0"
 
 # The libcni result type implementing each version. Every ordered pair among these has a
 # registered converter upstream, so conversion can fail on content but never on the pair.
@@ -54,48 +65,6 @@ _ACCEPTS = {
     "040": ("0.3.0", "0.3.1", "0.4.0"),
     "100": ("1.0.0", "1.1.0"),
 }
-
-
-# --------------------------------------------------------------------------------------------
-# Versions (libcni pkg/version)
-
-
-def parse_version(version: str) -> tuple[int, int, int]:
-    """``version.ParseVersion``: up to three integer parts; ``""`` is 0.1.0 as in libcni.
-
-    Errors carry code 6 because that is how skel reports them (``ErrDecodingFailure``).
-    """
-    if version == "":
-        return (0, 1, 0)
-    parts = version.split(".")
-    if len(parts) >= 4:
-        quoted = _godecode.go_quote(version)
-        raise CNIError(DECODING_FAILURE, f"invalid version {quoted}: too many parts")
-    nums = [
-        _atoi(part, what) for part, what in zip(parts, ("major", "minor", "micro"), strict=False)
-    ]
-    nums += [0] * (3 - len(nums))
-    return (nums[0], nums[1], nums[2])
-
-
-def version_ge(version: str, other: str) -> bool:
-    """``version.GreaterThanOrEqualTo``."""
-    return parse_version(version) >= parse_version(other)
-
-
-def _atoi(text: str, what: str) -> int:
-    body = text[1:] if text[:1] in ("+", "-") else text
-    reason = "invalid syntax"
-    if body.isascii() and body.isdigit():
-        value = int(text)
-        if -(2**63) <= value < 2**63:
-            return value
-        reason = "value out of range"
-    quoted = _godecode.go_quote(text)
-    raise CNIError(
-        DECODING_FAILURE,
-        f"failed to convert {what} version part {quoted}: strconv.Atoi: parsing {quoted}: {reason}",
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,7 +145,7 @@ def _create(version: str, obj: Any, *, lenient: bool) -> dict[str, Any]:
     """``convert.Create`` with the type's ``NewResult``: decode, then check the version."""
     family = _FAMILY.get(version, "020" if version == "" else "")
     if not family:
-        quoted = _godecode.go_quote(version)
+        quoted = go_quote(version)
         raise CNIError(INCOMPATIBLE_VERSION, f"unsupported CNI result version {quoted}")
     spec = _resulttypes.BY_FAMILY[family]
     state = _godecode.unmarshal((_godecode.STRUCT, spec, spec[0]), obj, lenient=lenient)
@@ -185,7 +154,7 @@ def _create(version: str, obj: Any, *, lenient: bool) -> dict[str, Any]:
         raise CNIError(
             INCOMPATIBLE_VERSION,
             f"result type supports [{' '.join(_ACCEPTS[family])}] but unmarshalled CNIVersion "
-            f"is {_godecode.go_quote(got)}",
+            f"is {go_quote(got)}",
         )
     state["cniVersion"] = got or "0.1.0"
     return _godecode.render(spec, state)

@@ -21,7 +21,8 @@ from cni_shim.errors import (
     UNKNOWN_CONTAINER,
     CNIError,
 )
-from cni_shim.results import LATEST, SUPPORTED_VERSIONS, version_ge
+from cni_shim.goquote import go_quote
+from cni_shim.versions import LATEST, SUPPORTED_VERSIONS, version_ge
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -201,8 +202,8 @@ def decode_version(stdin_data: bytes) -> str:
 def check_version_supported(config_version: str) -> None:
     """``VersionReconciler.Check``: the config version must be one we speak exactly."""
     if config_version not in SUPPORTED_VERSIONS:
-        supported = " ".join(gojsonerr.go_quote(v) for v in SUPPORTED_VERSIONS)
-        details = f"config is {gojsonerr.go_quote(config_version)}, plugin supports [{supported}]"
+        supported = " ".join(go_quote(v) for v in SUPPORTED_VERSIONS)
+        details = f"config is {go_quote(config_version)}, plugin supports [{supported}]"
         raise CNIError(INCOMPATIBLE_VERSION, "incompatible CNI versions", details)
 
 

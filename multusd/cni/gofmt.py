@@ -14,40 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from cni_shim import gojsonerr
+from cni_shim.goquote import go_quote
 
-_SIMPLE_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    "\\": "\\\\",
-    '"': '\\"',
-}
-
-
-def quote(value: str | bytes) -> str:
-    """Go's ``%q`` (``strconv.Quote``); invalid UTF-8 bytes become ``\\xNN``."""
-    text = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch in _SIMPLE_ESCAPES:
-            out.append(_SIMPLE_ESCAPES[ch])
-        elif 0xDC80 <= code <= 0xDCFF:  # an undecodable byte smuggled through surrogateescape
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif ch.isprintable():
-            out.append(ch)
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
+quote = go_quote
+"""Go's ``%q`` (``strconv.Quote``); invalid UTF-8 bytes become ``\\xNN``."""
 
 
 def slice_str(items: Sequence[str]) -> str:
