@@ -17,13 +17,10 @@ from multusd.cni.args import K8sArgs, parse_k8s_args
 from multusd.commands import scratch
 from multusd.commands.context import CmdArgs, Services
 from multusd.commands.delegate import (
-    capability_args,
     check_ifname,
     delegate_add,
     delegate_del,
-    interface_name,
-    runtime_args,
-    runtime_conf,
+    runtime_for,
 )
 from multusd.networks.delegates import Delegate
 from multusd.networks.netconf import NetConf, load_netconf
@@ -51,13 +48,7 @@ async def _rollback(
     env_args = services.environ.get("CNI_ARGS", "")
     for index in range(len(delegates) - 1, -1, -1):
         delegate = delegates[index]
-        rt = runtime_conf(
-            container_id=cmd.container_id,
-            netns=cmd.netns,
-            ifname=interface_name(delegate, index, cmd.ifname),
-            args=runtime_args(k8s, delegate, env_args=env_args),
-            capabilities=capability_args(delegate, netconf.runtime_config),
-        )
+        rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args)
         try:
             await delegate_del(cni, delegate, rt)
         except CNIError as exc:
@@ -106,13 +97,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
     found: list[dict[str, Any]] = []
     for index, delegate in enumerate(delegates):
         try:
-            rt = runtime_conf(
-                container_id=cmd.container_id,
-                netns=cmd.netns,
-                ifname=interface_name(delegate, index, cmd.ifname),
-                args=runtime_args(k8s, delegate, env_args=env_args, legacy=True),
-                capabilities=capability_args(delegate, netconf.runtime_config),
-            )
+            rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args, legacy=True)
             if index == 0:
                 # The cache must be on disk before any delegate runs; checking the first
                 # interface name in the pod meanwhile takes that write off the critical path.

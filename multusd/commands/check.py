@@ -9,11 +9,8 @@ from __future__ import annotations
 from multusd.commands.add import k8s_args_of
 from multusd.commands.context import CmdArgs, Services
 from multusd.commands.delegate import (
-    capability_args,
     delegate_check,
-    interface_name,
-    runtime_args,
-    runtime_conf,
+    runtime_for,
 )
 from multusd.networks.netconf import load_netconf
 from multusd.networks.resolve import inline_delegates
@@ -28,11 +25,5 @@ async def check(cmd: CmdArgs, services: Services) -> None:
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
     for index, delegate in enumerate(delegates):
-        rt = runtime_conf(
-            container_id=cmd.container_id,
-            netns=cmd.netns,
-            ifname=interface_name(delegate, index, cmd.ifname),
-            args=runtime_args(k8s, delegate, env_args=env_args),
-            capabilities=capability_args(delegate, netconf.runtime_config),
-        )
+        rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args)
         await delegate_check(cni, delegate, rt)

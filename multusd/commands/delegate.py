@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
 from multusd.cni.api import CNI, RuntimeConf
 from multusd.cni.args import K8sArgs
-from multusd.cni.conf import conf_from_bytes, conflist_from_bytes
+from multusd.cni.conf import (
+    NetworkConfig,
+    NetworkConfigList,
+    conf_from_bytes,
+    conflist_from_bytes,
+)
 from multusd.cni.netns import validate_ifname
+from multusd.commands.context import CmdArgs
 from multusd.networks.delegates import Delegate
+from multusd.networks.netconf import NetConf
 
 # Go ``net.ParseMAC``: 6, 8 or 20 octets, as ``xx:xx..``, ``xx-xx..`` (one separator
 # throughout) or ``xxxx.xxxx..``.
@@ -133,20 +141,23 @@ def capability_args(delegate: Delegate, runtime_config: Mapping[str, Any] | None
     return out
 
 
-def runtime_conf(
+def runtime_for(
+    cmd: CmdArgs,
+    k8s: K8sArgs,
+    netconf: NetConf,
+    delegate: Delegate,
+    index: int,
     *,
-    container_id: str,
-    netns: str,
-    ifname: str,
-    args: tuple[tuple[str, str], ...],
-    capabilities: Mapping[str, Any],
+    env_args: str = "",
+    legacy: bool = False,
 ) -> RuntimeConf:
+    """The libcni runtime conf of the delegate at ``index`` for this request (§6.9.1–6.9.2)."""
     return RuntimeConf(
-        container_id=container_id,
-        netns=netns,
-        ifname=ifname,
-        args=args,
-        capability_args=dict(capabilities),
+        container_id=cmd.container_id,
+        netns=cmd.netns,
+        ifname=interface_name(delegate, index, cmd.ifname),
+        args=runtime_args(k8s, delegate, env_args=env_args, legacy=legacy),
+        capability_args=capability_args(delegate, netconf.runtime_config),
     )
 
 
@@ -171,39 +182,52 @@ async def delegate_add(
     return await cni.add_network(conf_from_bytes(delegate.raw), rt)
 
 
-async def delegate_del(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:
+@dataclass(frozen=True, slots=True)
+class _Verb:
+    """How upstream names one verb in its error texts, and the libcni calls behind it."""
+
+    outer: str  # DelegateDel
+    list_op: str  # ConflistDel
+    list_fn: str  # DelNetworkList
+    one_fn: str  # DelNetwork
+    run_list: Callable[[CNI, NetworkConfigList, RuntimeConf], Awaitable[None]]
+    run_one: Callable[[CNI, NetworkConfig, RuntimeConf], Awaitable[None]]
+
+
+_DEL = _Verb(
+    "DelegateDel", "ConflistDel", "DelNetworkList", "DelNetwork",
+    CNI.del_network_list, CNI.del_network,
+)  # fmt: skip
+_CHECK = _Verb(
+    "DelegateCheck", "ConflistCheck", "CheckNetworkList", "CheckNetwork",
+    CNI.check_network_list, CNI.check_network,
+)  # fmt: skip
+
+
+async def _run(verb: _Verb, cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:
     if delegate.is_conflist:
-        try:
-            await cni.del_network_list(conflist_from_bytes(delegate.raw), rt)
-        except CNIError as exc:
-            raise exc.with_prefix(
-                f'DelegateDel: error invoking ConflistDel - "{delegate.network_name}": '
-                "conflistDel: error in getting result from DelNetworkList: "
-            ) from exc
-        return
+        lowered = verb.list_op[0].lower() + verb.list_op[1:]
+        prefix = (
+            f'{verb.outer}: error invoking {verb.list_op} - "{delegate.network_name}": '
+            f"{lowered}: error in getting result from {verb.list_fn}: "
+        )
+    else:
+        prefix = (
+            f'{verb.outer}: error invoking {verb.outer} - "{delegate.plugin_type}": '
+            f"error in getting result from {verb.one_fn}: "
+        )
     try:
-        await cni.del_network(conf_from_bytes(delegate.raw), rt)
+        if delegate.is_conflist:
+            await verb.run_list(cni, conflist_from_bytes(delegate.raw), rt)
+        else:
+            await verb.run_one(cni, conf_from_bytes(delegate.raw), rt)
     except CNIError as exc:
-        raise exc.with_prefix(
-            f'DelegateDel: error invoking DelegateDel - "{delegate.plugin_type}": '
-            "error in getting result from DelNetwork: "
-        ) from exc
+        raise exc.with_prefix(prefix) from exc
+
+
+async def delegate_del(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:
+    await _run(_DEL, cni, delegate, rt)
 
 
 async def delegate_check(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:
-    if delegate.is_conflist:
-        try:
-            await cni.check_network_list(conflist_from_bytes(delegate.raw), rt)
-        except CNIError as exc:
-            raise exc.with_prefix(
-                f'DelegateCheck: error invoking ConflistCheck - "{delegate.network_name}": '
-                "conflistCheck: error in getting result from CheckNetworkList: "
-            ) from exc
-        return
-    try:
-        await cni.check_network(conf_from_bytes(delegate.raw), rt)
-    except CNIError as exc:
-        raise exc.with_prefix(
-            f'DelegateCheck: error invoking DelegateCheck - "{delegate.plugin_type}": '
-            "error in getting result from CheckNetwork: "
-        ) from exc
+    await _run(_CHECK, cni, delegate, rt)

@@ -16,11 +16,8 @@ from multusd.commands import scratch
 from multusd.commands.add import k8s_args_of
 from multusd.commands.context import CmdArgs, Services
 from multusd.commands.delegate import (
-    capability_args,
     delegate_del,
-    interface_name,
-    runtime_args,
-    runtime_conf,
+    runtime_for,
 )
 from multusd.networks.delegates import Delegate, delegate_from_bytes
 from multusd.networks.netconf import load_netconf
@@ -62,13 +59,7 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
     errors: list[CNIError] = []
     for index in range(len(delegates) - 1, -1, -1):
         delegate = _backfill_version(delegates[index], netconf.cni_version)
-        rt = runtime_conf(
-            container_id=cmd.container_id,
-            netns=cmd.netns,
-            ifname=interface_name(delegate, index, cmd.ifname),
-            args=runtime_args(k8s, delegate, env_args=env_args),
-            capabilities=capability_args(delegate, netconf.runtime_config),
-        )
+        rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args)
         try:
             await delegate_del(cni, delegate, rt)
         except CNIError as exc:

@@ -13,10 +13,9 @@ from typing import Any
 from cni_shim.errors import CNIError
 from multusd.cni.api import GCAttachment
 from multusd.cni.cache import gather_valid_attachments
-from multusd.cni.conf import conf_from_bytes, conflist_from_bytes, conflist_from_conf
 from multusd.commands.context import CmdArgs, Services
 from multusd.networks.netconf import load_netconf
-from multusd.networks.resolve import resolve_delegates
+from multusd.networks.resolve import cluster_network_list
 
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
 
@@ -39,15 +38,7 @@ def runtime_attachments(config: bytes) -> list[tuple[str, str]] | None:
 
 async def gc(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
-    try:
-        delegates = await resolve_delegates(netconf)
-    except CNIError as exc:
-        raise exc.with_prefix("Multus: failed to get clusterNetwork: ") from exc
-    first = delegates[0]
-    if first.is_conflist:
-        netlist = conflist_from_bytes(first.raw)
-    else:
-        netlist = conflist_from_conf(conf_from_bytes(first.raw))
+    netlist = await cluster_network_list(netconf)
     valid = runtime_attachments(cmd.config)
     if valid is None:
         try:

@@ -7,25 +7,12 @@ with its code, so the node can be marked not-ready.
 
 from __future__ import annotations
 
-from cni_shim import results
-from cni_shim.errors import CNIError
-from multusd.cni.conf import conf_from_bytes, conflist_from_bytes, conflist_from_conf
 from multusd.commands.context import CmdArgs, Services
 from multusd.networks.netconf import load_netconf
-from multusd.networks.resolve import resolve_delegates
+from multusd.networks.resolve import cluster_network_list
 
 
 async def status(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
-    try:
-        delegates = await resolve_delegates(netconf)
-    except CNIError as exc:
-        raise exc.with_prefix("Multus: failed to get clusterNetwork: ") from exc
-    first = delegates[0]
-    cni = services.cni_for(netconf)
-    if first.is_conflist:
-        await cni.get_status_network_list(conflist_from_bytes(first.raw))
-        return
-    if not first.cni_version or not results.version_ge(first.cni_version, "1.1.0"):
-        return
-    await cni.get_status_network_list(conflist_from_conf(conf_from_bytes(first.raw)))
+    netlist = await cluster_network_list(netconf)
+    await services.cni_for(netconf).get_status_network_list(netlist)

@@ -11,6 +11,12 @@ import asyncio
 
 from cni_shim import gojson
 from cni_shim.errors import CNIError
+from multusd.cni.conf import (
+    NetworkConfigList,
+    conf_from_bytes,
+    conflist_from_bytes,
+    conflist_from_conf,
+)
 from multusd.networks.delegates import Delegate, delegate_from_bytes, resolve_on_disk
 from multusd.networks.netconf import NetConf
 
@@ -50,3 +56,18 @@ async def resolve_delegates(netconf: NetConf) -> list[Delegate]:
     if not netconf.cluster_network:
         return await asyncio.to_thread(inline_delegates, netconf)
     return [await cluster_network(netconf)]
+
+
+async def cluster_network_list(netconf: NetConf) -> NetworkConfigList:
+    """The cluster network as a conflist, for the node-level verbs (GC and STATUS, §7.3–7.4).
+
+    A single-plugin config becomes a one-plugin list, as libcni does; libcni then applies its
+    1.1.0 gate to the list, which skips old plugins as upstream's single-plugin path does.
+    """
+    try:
+        first = (await resolve_delegates(netconf))[0]
+    except CNIError as exc:
+        raise exc.with_prefix("Multus: failed to get clusterNetwork: ") from exc
+    if first.is_conflist:
+        return conflist_from_bytes(first.raw)
+    return conflist_from_conf(conf_from_bytes(first.raw))
