@@ -1,0 +1,484 @@
+"""The reflector against the API emulator: list, watch, and every way a watch goes wrong.
+
+Each fault test runs a churn of creates, updates and deletes around the fault and then checks
+that the cache holds exactly the emulator's objects at exactly its versions. When the test also
+shows that no relist happened, that equality means no event was lost on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
+from multusd.k8s.reflector import Backoff, Reflector, ReflectorSettings
+from multusd.k8s.store import Store, key_of, resource_version_of, trim_nad, trim_pod
+from multusd.kubesim import ErrorRule, KubeSim, Settings
+
+PODS = "/api/v1/pods"
+NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
+NODE = "node1"
+
+# Bookmarks every 0.3 s keep a healthy idle watch well inside a 1.5 s watchdog.
+SIM_SETTINGS = Settings(bookmark_interval=0.3)
+FAST = ReflectorSettings(
+    page_size=7, watch_timeout=(2.0, 3.0), inactivity_timeout=1.5, backoff=(0.05, 0.4)
+)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rf-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[KubeSim]:
+    async with KubeSim(SIM_SETTINGS) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+async def client(sim: KubeSim, short_tmp: Path) -> AsyncIterator[KubeClient]:
+    kubeconfig = await sim.write_kubeconfig(short_tmp / "kubeconfig")
+    config = load_cluster_config(str(kubeconfig), environ={})
+    async with KubeClient(config, ClientSettings(request_timeout=10.0)) as api:
+        yield api
+
+
+@contextlib.asynccontextmanager
+async def running(reflector: Reflector) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(reflector.run(), name=f"reflector-{reflector.name}")
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled(), "run() must only end by cancellation"
+
+
+def pod(name: str, node: str | None = NODE, namespace: str = "default") -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox"}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": {"n": "0"}},
+        "spec": spec,
+    }
+
+
+def sim_pods(sim: KubeSim, node: str | None = None) -> dict[str, str]:
+    """The emulator's pods (on ``node`` when given) as {key: resourceVersion}."""
+    rt = sim.state.registry.by_path("", "v1", "pods")
+    assert rt is not None
+    return {
+        f"{e.namespace}/{e.name}": str(e.rv)
+        for e in sim.store.iter_entries(rt)
+        if node is None or e.fields.get("spec.nodeName") == node
+    }
+
+
+def cached(store: Store) -> dict[str, str]:
+    return {key_of(o): resource_version_of(o) for o in store.items()}
+
+
+async def converged(sim: KubeSim, store: Store, node: str | None = None) -> None:
+    """Wait (bounded) until the cache equals the emulator; fail showing both if it never does."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(10):
+            while cached(store) != sim_pods(sim, node):
+                await asyncio.sleep(0.02)
+    assert cached(store) == sim_pods(sim, node)
+
+
+async def churn(
+    sim: KubeSim,
+    prefix: str,
+    count: int = 40,
+    *,
+    fault: Callable[[], object] | None = None,
+    pause: float = 0.01,
+) -> None:
+    """Creates, updates and deletes, with ``fault()`` called halfway through."""
+    for i in range(count):
+        name = f"{prefix}-{i}"
+        sim.create(pod(name))
+        if i % 3 == 0:
+            sim.patch("pods", "default", name, {"metadata": {"annotations": {"n": str(i)}}})
+        if i % 4 == 1:
+            sim.delete("pods", "default", f"{prefix}-{i - 1}")
+        if i % 7 == 2:
+            sim.create(pod(f"{prefix}-other-{i}", node="node2"))
+        if fault is not None and i == count // 2:
+            fault()
+        await asyncio.sleep(pause)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+def seed(sim: KubeSim, count: int, prefix: str = "seed") -> None:
+    for i in range(count):
+        sim.create(pod(f"{prefix}-{i}", node=NODE if i % 2 == 0 else "node2"))
+
+
+def pod_reflector(client: KubeClient, store: Store, **kw: Any) -> Reflector:
+    kw.setdefault("settings", FAST)
+    return Reflector(client, PODS, store, trim=trim_pod, **kw)
+
+
+# --- the happy path ----------------------------------------------------------------------------
+
+
+async def test_initial_list_sync_and_events(sim: KubeSim, client: KubeClient) -> None:
+    seed(sim, 20)
+    store = Store()
+    reflector = pod_reflector(client, store)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        assert cached(store) == sim_pods(sim)
+        assert store.get("default", "seed-0") == trim_pod(sim.get("pods", "default", "seed-0"))
+        # 20 pods plus nothing else, 7 per page: three pages, one list.
+        assert sim.stats.count("list", "pods") == 3
+        stats = reflector.statistics()
+        assert (stats.lists, stats.list_pages, stats.synced) == (1, 3, True)
+
+        await churn(sim, "live")
+        await converged(sim, store)
+        stats = reflector.statistics()
+        assert stats.events > 0
+        assert stats.lists == 1 and stats.errors == 0
+        assert sim.stats.count("list", "pods") == 3  # watch only, never listed again
+
+        # Requests carry what the reflector is meant to ask for: the first list from the
+        # watch cache (resourceVersion=0), continued pages by token alone.
+        lists = [r.query for r in sim.stats.requests() if r.verb == "list"]
+        assert lists[0] == "resourceVersion=0&limit=7"
+        assert all("continue=" in q and "resourceVersion" not in q for q in lists[1:])
+        watch = next(r for r in sim.stats.requests() if r.verb == "watch")
+        assert "allowWatchBookmarks=true" in watch.query
+        assert "resourceVersion=" in watch.query and "timeoutSeconds=" in watch.query
+
+
+async def test_wait_for_object_created_later(sim: KubeSim, client: KubeClient) -> None:
+    store = Store()
+    async with running(pod_reflector(client, store)):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        loop = asyncio.get_running_loop()
+        waiter = asyncio.create_task(store.wait_for("default", "late", loop.time() + 10))
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        sim.create(pod("late"))
+        found = await waiter
+        assert found is not None and found["metadata"]["name"] == "late"
+        assert await store.wait_for("default", "never", loop.time() + 0.2) is None
+
+
+async def test_normal_stream_end_rewatches_without_relist(sim: KubeSim, client: KubeClient) -> None:
+    """timeoutSeconds=1: the server ends each watch; the reflector resumes from its version."""
+    store = Store()
+    settings = ReflectorSettings(watch_timeout=(1.0, 1.0), inactivity_timeout=5.0)
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        await churn(sim, "c", count=20, pause=0.12)  # ~2.4 s: spans several watches
+        await converged(sim, store)
+    stats = reflector.statistics()
+    assert stats.watches >= 3
+    assert stats.lists == 1 and stats.errors == 0
+    assert sim.stats.count("list", "pods") == 1
+
+
+async def test_node_field_selector(sim: KubeSim, client: KubeClient) -> None:
+    seed(sim, 10)
+    store = Store()
+    async with running(pod_reflector(client, store, field_selector=f"spec.nodeName={NODE}")):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        assert cached(store) == sim_pods(sim, NODE)
+        assert len(store) == 5
+        # A pod scheduled onto the node later arrives (ADDED as it enters the selector)...
+        sim.create(pod("pending", node=None))
+        sim.patch("pods", "default", "pending", {"spec": {"nodeName": NODE}})
+        # ...and one moved off it leaves (DELETED as it leaves the selector).
+        sim.patch("pods", "default", "seed-0", {"spec": {"nodeName": "node2"}})
+        await churn(sim, "sel", count=20)
+        await converged(sim, store, NODE)
+        assert store.get("default", "pending") is not None
+        assert store.get("default", "seed-0") is None
+        assert all(o["spec"]["nodeName"] == NODE for o in store.items())
+    request = next(r for r in sim.stats.requests() if r.verb == "watch")
+    assert "fieldSelector=spec.nodeName" in request.query
+
+
+async def test_nad_reflector(sim: KubeSim, client: KubeClient) -> None:
+    store = Store()
+    config = '{"cniVersion":"0.3.1","type":"macvlan"}'
+    nad: dict[str, Any] = {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "macvlan", "namespace": "default"},
+        "spec": {"config": config},
+    }
+    sim.create(nad)
+    reflector = Reflector(
+        client, NADS, store, trim=trim_nad, settings=FAST, name="network-attachment-definitions"
+    )
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        got = store.get("default", "macvlan")
+        assert got is not None and got["spec"]["config"] == config
+        loop = asyncio.get_running_loop()
+        sim.create({**nad, "metadata": {"name": "late", "namespace": "kube-system"}})
+        assert await store.wait_for("kube-system", "late", loop.time() + 10) is not None
+
+
+# --- paging ------------------------------------------------------------------------------------
+
+
+async def test_expired_continue_token_restarts_the_list(sim: KubeSim, client: KubeClient) -> None:
+    """The history is compacted between two pages: the continue token gets 410 and the list
+    starts over (the watch is not involved)."""
+    from multusd.kubesim import LatencyRule
+
+    seed(sim, 20)
+    sim.faults.latency.append(LatencyRule(0.2, verb="list", resource="pods"))
+    store = Store()
+    reflector = pod_reflector(client, store)
+    async with running(reflector):
+        # The second page's request has arrived (and sleeps in the latency rule): the first
+        # page's version is fixed, so a write plus a compaction expires its token.
+        await wait_until(lambda: sim.stats.count("list", "pods") >= 2)
+        sim.create(pod("during-list"))
+        sim.compact()
+        async with asyncio.timeout(15):
+            await store.synced.wait()
+        sim.faults.latency.clear()
+        await churn(sim, "after", count=10)
+        await converged(sim, store)
+    stats = reflector.statistics()
+    assert stats.list_restarts == 1 and stats.lists == 1
+    assert sim.stats.count_code(410, "list", "pods") == 1
+
+
+# --- faults ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["eof", "reset"])
+async def test_dropped_watch_resumes_without_loss(
+    sim: KubeSim, client: KubeClient, mode: str
+) -> None:
+    seed(sim, 10)
+    store = Store()
+    reflector = pod_reflector(client, store)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        for round_ in range(3):
+            await churn(sim, f"d{round_}", fault=lambda: sim.drop_watches(mode))
+        await converged(sim, store)
+        # Resumed from the last version every time: never relisted, so nothing was lost.
+        assert reflector.statistics().lists == 1
+        assert sim.stats.count("list", "pods") == 2  # one list of 10 pods in pages of 7
+        assert reflector.statistics().watches >= 4
+
+
+async def test_forced_410_relists(sim: KubeSim, client: KubeClient) -> None:
+    seed(sim, 10)
+    store = Store()
+    reflector = pod_reflector(client, store)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+
+        def expire() -> None:
+            sim.expire_next_watches(1)
+            sim.drop_watches("eof")
+
+        await churn(sim, "g", fault=expire)
+        await converged(sim, store)
+        stats = reflector.statistics()
+        assert stats.relists_410 == 1 and stats.lists == 2
+        # The relist asked for "not older than" the last version the watch had reached.
+        firsts = [
+            r.query for r in sim.stats.requests() if r.verb == "list" and "continue" not in r.query
+        ]
+        assert firsts[0] == "resourceVersion=0&limit=7"
+        assert firsts[1].startswith("resourceVersion=") and firsts[1] != firsts[0]
+        # This time the server has lost that version for lists too (410 on the list): the
+        # reflector falls back to a consistent list, without a version, at once.
+        sim.faults.errors.append(ErrorRule(410, verb="list", resource="pods", count=1))
+        sim.stats.reset()
+        sim.expire_next_watches(1)
+        victim = next(iter(sim_pods(sim))).split("/")[1]
+        sim.drop_watches("reset")
+        sim.delete("pods", "default", victim)
+        await converged(sim, store)
+        assert store.get("default", victim) is None
+        lists = [r for r in sim.stats.requests() if r.verb == "list"]
+        assert [r.code for r in lists[:2]] == [410, 200]
+        assert lists[0].query.startswith("resourceVersion=")
+        assert "resourceVersion" not in lists[1].query
+
+
+async def test_compacted_history_410_in_stream(sim: KubeSim, client: KubeClient) -> None:
+    """A real 410 (ERROR event): the version fell out of the server's history."""
+    store = Store()
+    reflector = pod_reflector(client, store)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        sim.faults.set_stall(True)
+        await churn(sim, "k", count=10)
+        sim.compact()
+        sim.drop_watches("reset")  # still stalled: the queued events are not sent
+        await wait_until(lambda: reflector.statistics().relists_410 >= 1)
+        sim.faults.set_stall(False)
+        await churn(sim, "k2", count=10)
+        await converged(sim, store)
+    assert reflector.statistics().relists_410 >= 1
+
+
+@pytest.mark.parametrize("code", [500, 429])
+async def test_errors_on_list_and_watch_back_off_and_recover(
+    sim: KubeSim, client: KubeClient, code: int
+) -> None:
+    seed(sim, 10)
+    sim.faults.errors.append(ErrorRule(code, verb="list", resource="pods", count=2))
+    store = Store()
+    reflector = pod_reflector(client, store)
+    async with running(reflector):
+        async with asyncio.timeout(15):
+            await store.synced.wait()
+        assert sim.stats.count_code(code, "list", "pods") == 2
+
+        def fail_watches() -> None:
+            sim.faults.errors.append(ErrorRule(code, verb="watch", resource="pods", count=3))
+            sim.drop_watches("eof")
+
+        await churn(sim, f"e{code}", fault=fail_watches)
+        await converged(sim, store)
+        assert sim.stats.count_code(code, "watch", "pods") == 3
+        stats = reflector.statistics()
+        assert stats.errors >= 5 and str(code) in stats.last_error
+        assert stats.lists == 1  # the watch resumed from its version after the errors
+
+
+async def test_retry_after_is_honoured(sim: KubeSim, client: KubeClient) -> None:
+    sim.faults.errors.append(ErrorRule(429, verb="list", resource="pods", count=1, retry_after=1))
+    store = Store()
+    # Retry-After is honoured up to the backoff maximum, so the maximum must exceed it here.
+    settings = ReflectorSettings(backoff=(0.05, 5.0))
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        async with asyncio.timeout(15):
+            await store.synced.wait()
+    lists = [r for r in sim.stats.requests() if r.verb == "list"]
+    assert [r.code for r in lists[:2]] == [429, 200]
+    # The second list waited for the server's Retry-After, not just the 50 ms first backoff.
+    assert lists[1].started - lists[0].started >= 0.9
+    assert reflector.statistics().backoff_seconds >= 1.0
+
+
+async def test_stalled_stream_restarted_by_the_watchdog(sim: KubeSim, client: KubeClient) -> None:
+    store = Store()
+    settings = ReflectorSettings(
+        watch_timeout=(30.0, 30.0), inactivity_timeout=0.5, backoff=(0.05, 0.4)
+    )
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        await churn(sim, "before", count=5)
+        await converged(sim, store)
+        sim.faults.set_stall(True)  # open streams go silent: no events, no bookmarks
+        await churn(sim, "stalled", count=20)
+        await wait_until(lambda: reflector.statistics().inactivity_timeouts >= 2)
+        sim.faults.set_stall(False)
+        await churn(sim, "after", count=10)
+        await converged(sim, store)
+    stats = reflector.statistics()
+    assert stats.lists == 1  # restarted from the last version: no relist needed
+    assert stats.errors == 0
+
+
+async def test_no_busy_loop_when_the_api_keeps_failing(sim: KubeSim, client: KubeClient) -> None:
+    sim.faults.errors.append(ErrorRule(500, resource="pods"))  # every pods request, forever
+    store = Store()
+    settings = ReflectorSettings(backoff=(0.1, 1.0))
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        await asyncio.sleep(1.0)
+    requests = sim.stats.count(resource="pods")
+    # Expected about 5 (delays drawn from [0, 0.1], [0, 0.2], [0, 0.4], [0, 0.8], ...); a loop
+    # without backoff would make hundreds.
+    assert 1 <= requests <= 20, requests
+    assert not store.synced.is_set()
+    assert abs(reflector.statistics().errors - requests) <= 1  # one may be in flight
+
+
+async def test_short_watches_are_backed_off(sim: KubeSim, client: KubeClient) -> None:
+    """A server that ends every watch at once, without an event, must not cause a spin."""
+    store = Store()
+    settings = ReflectorSettings(
+        watch_timeout=(30.0, 30.0), inactivity_timeout=5.0, backoff=(0.1, 1.0)
+    )
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        deadline = asyncio.get_running_loop().time() + 1.0
+        while asyncio.get_running_loop().time() < deadline:
+            sim.drop_watches("eof")
+            await asyncio.sleep(0.005)
+    assert sim.stats.count("watch", "pods") <= 25
+
+
+async def test_cancellation_is_prompt_everywhere(sim: KubeSim, client: KubeClient) -> None:
+    """Cancel while watching, while backing off, and while a list is in flight."""
+    from multusd.kubesim import LatencyRule
+
+    store = Store()
+    reflector = pod_reflector(client, store)
+    async with running(reflector):  # watching
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+    sim.faults.errors.append(ErrorRule(500, resource="pods"))
+    reflector = pod_reflector(client, Store(), settings=ReflectorSettings(backoff=(30.0, 30.0)))
+    async with running(reflector):  # backing off for up to 30 s
+        await wait_until(lambda: reflector.statistics().errors >= 1)
+    sim.faults.errors.clear()
+    sim.faults.latency.append(LatencyRule(30.0, verb="list"))
+    sim.stats.reset()
+    reflector = pod_reflector(client, Store())
+    async with running(reflector):  # list in flight for 30 s
+        await wait_until(lambda: sim.stats.count("list", "pods") >= 1)
+    assert client.statistics().watches_open == 0
+
+
+def test_backoff_full_jitter_and_reset() -> None:
+    import random
+
+    backoff = Backoff(0.5, 4.0, rng=random.Random(1))
+    delays = [backoff.next_delay() for _ in range(8)]
+    ceilings = [0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0]
+    assert all(0.0 <= d <= c for d, c in zip(delays, ceilings, strict=True))
+    assert backoff.next_delay(retry_after=3.0) >= 3.0
+    assert backoff.next_delay(retry_after=100.0) == 4.0  # Retry-After capped at the maximum
+    backoff.reset()
+    assert backoff.next_delay() <= 0.5
