@@ -2,7 +2,11 @@
 
 It is the only code that decides the process's fate. Start-up resources are entered on one
 ``AsyncExitStack`` and unwound in reverse, so a failure half-way through start-up still removes
-the socket it bound.
+the socket it bound; a background task that dies ends the daemon with a non-zero exit instead
+of leaving a process that answers probes but no longer works.
+
+Order, as upstream: bind the socket (so a second daemon is refused at once), connect to the
+API server and fill the pod and NAD caches (bounded wait), then serve.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +26,14 @@ from aiohttp import web
 from multusd.cni.invoke import SubprocessExecutor
 from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
-from multusd.errors import StartupError
+from multusd.errors import EXIT_SERVER, StartupError
+from multusd.k8s.client import ClientSettings, ClusterConfig
+from multusd.k8s.cluster import Cluster, running_cluster
+from multusd.k8s.kubeconfig import load_cluster_config
+from multusd.k8s.pods import PodLookup, PodLookupSettings
 from multusd.server.app import build_app
 from multusd.server.handlers import DaemonState, Handlers
-from multusd.server.socket import bind_socket, prepare_socket_dir
+from multusd.server.socket import BoundSocket, bind_socket, prepare_socket_dir
 
 log = logging.getLogger(__name__)
 
@@ -34,56 +42,6 @@ log = logging.getLogger(__name__)
 class ShutdownSettings:
     drain_timeout: float = 10.0
     """Upstream waits 10 s after SIGTERM before cancelling; we stop earlier once idle."""
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    config: DaemonConfig, raw: dict[str, Any], state: DaemonState
-) -> AsyncIterator[web.AppRunner]:
-    """Bind the socket and serve ``/cni`` until the context exits; the socket is removed."""
-    if os.geteuid() != 0:
-        raise StartupError(
-            "failed to run multus-daemon with root: permission denied, "
-            f"now running in uid: {os.geteuid()}"
-        )
-    prepare_socket_dir(config.socket_dir)
-    bound = bind_socket(config.socket_path)
-    try:
-        services = Services(
-            executor=SubprocessExecutor(chroot_dir=config.chroot_dir or None),
-            plugin_timeout=config.plugin_timeout,
-        )
-        handlers = Handlers(
-            services=services,
-            daemon_raw=raw,
-            ignore_readiness=config.is_auto,
-            state=state,
-        )
-        app = build_app(handlers, max_request_bytes=config.max_request_bytes)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            await web.SockSite(runner, bound.sock).start()
-            log.info("listening on %s", config.socket_path)
-            yield runner
-        finally:
-            await runner.cleanup()
-    finally:
-        bound.sock.close()
-        bound.unlink()
-
-
-async def _wait_idle(state: DaemonState, limit: float) -> None:
-    """Phase 2 of shutdown: let in-flight requests finish, for up to ``limit`` seconds."""
-    if state.in_flight == 0:
-        return
-    idle = asyncio.Event()
-    state.idle = idle.set
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(limit):
-            await idle.wait()
-    if state.in_flight:
-        log.error("shutdown: %d request(s) still running after %.0fs", state.in_flight, limit)
 
 
 def use_pidfd_child_watcher(loop: asyncio.AbstractEventLoop) -> None:
@@ -103,11 +61,126 @@ def use_pidfd_child_watcher(loop: asyncio.AbstractEventLoop) -> None:
     watcher.attach_loop(loop)
 
 
+def wants_kubernetes(config: DaemonConfig, environ: Mapping[str, str]) -> bool:
+    """Kubernetes mode when there is a way to reach an API server; else delegates from disk.
+
+    Upstream always requires the in-cluster client; we also run without one (demo, local
+    development, and the no-Kubernetes mode upstream's thin plugin has).
+    """
+    return bool(
+        config.kubeconfig or environ.get("KUBECONFIG") or environ.get("KUBERNETES_SERVICE_HOST")
+    )
+
+
+@contextlib.contextmanager
+def bound(config: DaemonConfig) -> Iterator[BoundSocket]:
+    if os.geteuid() != 0:
+        raise StartupError(
+            "failed to run multus-daemon with root: permission denied, "
+            f"now running in uid: {os.geteuid()}"
+        )
+    prepare_socket_dir(config.socket_dir)
+    sock = bind_socket(config.socket_path)
+    try:
+        yield sock
+    finally:
+        sock.sock.close()
+        sock.unlink()
+
+
+@contextlib.asynccontextmanager
+async def cluster_or_none(
+    config: DaemonConfig, environ: Mapping[str, str], state: DaemonState, stop: asyncio.Event
+) -> AsyncIterator[Cluster | None]:
+    if not wants_kubernetes(config, environ):
+        log.info("no kubeconfig and not in a cluster: serving delegates from disk only")
+        state.ready_reason = "no Kubernetes"
+        yield None
+        return
+    try:
+        cluster_config: ClusterConfig = await asyncio.to_thread(
+            load_cluster_config, config.kubeconfig, environ
+        )
+    except StartupError:
+        raise
+    except Exception as exc:
+        raise StartupError(f"failed to create kube client: {exc}", EXIT_SERVER) from exc
+    log.info("Kubernetes API %s (%s)", cluster_config.server, cluster_config.source)
+
+    def failed(reason: str) -> None:
+        log.error("%s: exiting", reason)
+        state.failure = reason
+        stop.set()
+
+    settings = ClientSettings(qps=config.kube_client_qps, burst=config.kube_client_burst)
+    node = environ.get("MULTUS_NODE_NAME", "")
+    if not node:
+        log.error("MULTUS_NODE_NAME is not set: caching every pod of the cluster")
+    async with running_cluster(cluster_config, settings, node_name=node, on_failure=failed) as c:
+        if await c.wait_synced(config.cache_sync_timeout):
+            state.ready_reason = "caches synced"
+        else:
+            state.ready_reason = (
+                f"caches not synced after {config.cache_sync_timeout:g}s: serving anyway"
+            )
+            log.error("failed to sync pod/NAD caches: %s", state.ready_reason)
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    sock: BoundSocket, config: DaemonConfig, raw: dict[str, Any], state: DaemonState,
+    cluster: Cluster | None,
+) -> AsyncIterator[web.AppRunner]:  # fmt: skip
+    """Serve ``/cni`` on the bound socket until the context exits."""
+    pods = None
+    if cluster is not None:
+        pods = PodLookup(
+            cluster.client,
+            cluster.pods,
+            PodLookupSettings(live_get_timeout=config.pod_get_timeout),
+        )
+    services = Services(
+        executor=SubprocessExecutor(chroot_dir=config.chroot_dir or None),
+        plugin_timeout=config.plugin_timeout,
+        pods=pods,
+    )
+    handlers = Handlers(
+        services=services, daemon_raw=raw, ignore_readiness=config.is_auto, state=state
+    )
+    app = build_app(handlers, max_request_bytes=config.max_request_bytes)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        await web.SockSite(runner, sock.sock).start()
+        log.info("listening on %s (%s)", config.socket_path, state.ready_reason)
+        yield runner
+    finally:
+        await runner.cleanup()
+
+
+async def _wait_idle(state: DaemonState, limit: float) -> None:
+    """Phase 2 of shutdown: let in-flight requests finish, for up to ``limit`` seconds."""
+    if state.in_flight == 0:
+        return
+    idle = asyncio.Event()
+    state.idle = idle.set
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(limit):
+            await idle.wait()
+    if state.in_flight:
+        log.error("shutdown: %d request(s) still running after %.0fs", state.in_flight, limit)
+
+
 async def run(
-    config: DaemonConfig, raw: dict[str, Any], settings: ShutdownSettings | None = None
+    config: DaemonConfig,
+    raw: dict[str, Any],
+    settings: ShutdownSettings | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT; return the process exit code."""
+    """Serve until SIGTERM/SIGINT (exit 0) or a fatal background failure (exit 1)."""
     settings = settings or ShutdownSettings()
+    environ = os.environ if environ is None else environ
     loop = asyncio.get_running_loop()
     use_pidfd_child_watcher(loop)
     stop = asyncio.Event()
@@ -126,8 +199,12 @@ async def run(
         loop.add_signal_handler(signum, on_signal, signum)
     state = DaemonState()
     try:
-        async with serving(config, raw, state):
-            await stop.wait()
+        async with contextlib.AsyncExitStack() as stack:
+            sock = stack.enter_context(bound(config))
+            cluster = await stack.enter_async_context(cluster_or_none(config, environ, state, stop))
+            if not stop.is_set():
+                await stack.enter_async_context(serving(sock, config, raw, state, cluster))
+                await stop.wait()
             # Phase 1: new ADDs wait for a replacement daemon (the shim polls /readyz) while
             # DELs, which only check /healthz, are still served during the drain.
             state.shutting_down = True
@@ -135,5 +212,8 @@ async def run(
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+    if state.failure:
+        log.error("daemon stopped: %s", state.failure)
+        return 1
     log.info("shutdown complete")
     return 0

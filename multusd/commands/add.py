@@ -22,8 +22,10 @@ from multusd.commands.delegate import (
     delegate_del,
     runtime_for,
 )
+from multusd.k8s.pods import PodLookup
 from multusd.networks.delegates import Delegate
 from multusd.networks.netconf import NetConf, load_netconf
+from multusd.networks.netstatus import annotation_value, statuses_for
 from multusd.networks.resolve import resolve_delegates
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,16 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
     netconf = load_netconf(cmd.config)
     k8s = k8s_args_of(cmd)
     pod_label = k8s.label()
+    if services.pods is not None:
+        pod = await services.pods.get_pod(
+            k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=False
+        )
+        if pod is None:
+            # Upstream HEAD (#1408): a pod that no longer exists gets no networks, only an
+            # empty result, so the runtime can tear the sandbox down quickly.
+            log.warning("[%s] pod %s not found: returning an empty result", cmd.request_id,
+                        pod_label)  # fmt: skip
+            return results.empty_result(netconf.cni_version, cmd.ifname, cmd.netns)
     try:
         delegates = await resolve_delegates(netconf)
     except CNIError as exc:
@@ -114,4 +126,22 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
             ) from exc
         found.append(results.convert(result, results.LATEST))
         log.debug("[%s] added %s as %s", cmd.request_id, delegate.name, rt.ifname)
+    if services.pods is not None:
+        await _write_network_status(services.pods, k8s, delegates, found)
     return _master_result(delegates, found)
+
+
+async def _write_network_status(
+    pods: PodLookup, k8s: K8sArgs, delegates: list[Delegate], found: list[dict[str, Any]]
+) -> None:
+    statuses = [
+        entry
+        for delegate, result in zip(delegates, found, strict=True)
+        for entry in statuses_for(result, delegate.name, delegate.master)
+    ]
+    try:
+        await pods.set_network_status(k8s.pod_namespace, k8s.pod_name, annotation_value(statuses))
+    except CNIError as exc:
+        raise exc.with_prefix(
+            f"Multus: [{k8s.label()}]: error setting the networks status: "
+        ) from exc

@@ -41,6 +41,12 @@ def _backfill_version(delegate: Delegate, version: str) -> Delegate:
 async def delete(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
     k8s = k8s_args_of(cmd)
+    if services.pods is not None:
+        try:
+            await services.pods.get_pod(k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=True)
+        except CNIError as exc:
+            log.warning("[%s] Multus: GetPod failed: %s, but continue to delete", cmd.request_id,
+                        exc)  # fmt: skip
     try:
         delegates = await scratch.load(netconf.cni_dir, cmd.container_id)
     except scratch.CorruptCache as exc:

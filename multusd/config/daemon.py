@@ -97,6 +97,14 @@ class DaemonConfig(BaseModel):
     """*multusd*: kill a delegate plugin that runs longer than this; unset = no limit (upstream)."""
     max_request_bytes: int = Field(4 * 1024 * 1024, alias="maxRequestBytes")
     """*multusd*: larger request bodies get HTTP 413."""
+    kube_client_qps: float = Field(50.0, alias="kubeClientQPS")
+    """*multusd*: the API token bucket's rate (upstream's client: 50)."""
+    kube_client_burst: int = Field(50, alias="kubeClientBurst")
+    """*multusd*: the API token bucket's burst (upstream's client: 50)."""
+    cache_sync_timeout: float = Field(20.0, alias="cacheSyncTimeoutSeconds")
+    """*multusd*: how long start-up waits for the pod and NAD caches before serving anyway."""
+    pod_get_timeout: float = Field(5.0, alias="podGetTimeoutSeconds")
+    """*multusd*: timeout of the fallback pod GET (upstream: 50 ms, a reported bug)."""
 
     @field_validator("connection_limit")
     @classmethod
@@ -105,7 +113,9 @@ class DaemonConfig(BaseModel):
             raise ValueError(f"connection limit must be greater than 0, got {value}")
         return value
 
-    @field_validator("plugin_timeout", mode="before")
+    @field_validator(
+        "plugin_timeout", "kube_client_qps", "cache_sync_timeout", "pod_get_timeout", mode="before"
+    )
     @classmethod
     def _timeout_number(cls, value: object) -> object:
         # JSON has one number type; accept 5 as well as 5.0 despite strict mode.

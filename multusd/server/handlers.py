@@ -40,6 +40,9 @@ class DaemonState:
     shutting_down: bool = False
     in_flight: int = 0
     ready_reason: str = "serving"
+    """What ``/readyz`` reports besides its status: how the caches came up."""
+    failure: str = ""
+    """Set when a background task died; the daemon then exits non-zero."""
     idle: Callable[[], None] | None = field(default=None, repr=False)
 
 
@@ -196,5 +199,11 @@ class Handlers:
         return web.Response()
 
     async def readyz(self, request: web.Request) -> web.Response:
+        """200 while serving, 500 from the moment shutdown begins (upstream HEAD).
+
+        The body says how the daemon came up (``caches synced``, or serving after the bounded
+        wait, or no Kubernetes); upstream sends no body and clients only read the status.
+        """
         status = 500 if self.state.shutting_down else 200
-        return web.Response(status=status, content_type="application/json")
+        body = gojson.dumps({"ready": status == 200, "caches": self.state.ready_reason})
+        return web.Response(status=status, text=body, content_type="application/json")

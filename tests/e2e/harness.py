@@ -63,6 +63,7 @@ class Daemon:
 
     workdir: Path
     config: dict[str, Any]
+    env: Mapping[str, str] | None = None
     proc: asyncio.subprocess.Process | None = None
     log_path: Path = field(init=False)
 
@@ -97,6 +98,7 @@ class Daemon:
                 stdout=log,
                 stderr=log,
                 cwd=REPO,
+                env={**os.environ, **(self.env or {})},
             )
         if wait:
             await self.wait_ready()

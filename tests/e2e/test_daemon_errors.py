@@ -90,7 +90,8 @@ async def test_oversized_body_gets_413(start_daemon: StartDaemon, conflist_file:
 async def test_routes_as_upstream(start_daemon: StartDaemon, conflist_file: Path) -> None:
     daemon = await start_daemon(clusterNetwork=str(conflist_file))
     assert await daemon.request("GET", "/healthz") == (200, b"")
-    assert await daemon.request("POST", "/readyz") == (200, b"")
+    status, body = await daemon.request("POST", "/readyz")
+    assert (status, json.loads(body)) == (200, {"ready": True, "caches": "no Kubernetes"})
     assert await daemon.request("GET", "/cni") == (405, b"Method not allowed\n")
     assert await daemon.request("PUT", "/healthz") == (405, b"Method not allowed\n")
     assert await daemon.request("GET", "/nope") == (404, b"")

@@ -1,0 +1,199 @@
+"""Issue 4 benchmark: what a pod's ADD and DEL cost the API server, and the request rate of a
+mass deletion. The real daemon (a subprocess) and the real shim run against the API emulator
+in this process; the emulator's request log is the measurement."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.common import PLUGIN_DIR, REPO, publish, save, short_id
+from multusd.kubesim import KubeSim, Settings
+from multusd.shim_install import install_shim
+
+NODE = "bench-node"
+SUBNET = "10.253.0.0/16"
+
+
+async def _sh(*cmd: str) -> None:
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL)  # fmt: skip
+    await proc.wait()
+
+
+async def _shim(shim: Path, command: str, conf: bytes, env: dict[str, str]) -> int:
+    proc = await asyncio.create_subprocess_exec(
+        str(shim), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**env, "CNI_COMMAND": command},
+    )  # fmt: skip
+    await proc.communicate(conf)
+    return proc.returncode or 0
+
+
+def _pod_env(ns: str, pod: str, uid: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "CNI_CONTAINERID": f"c{pod}",
+        "CNI_NETNS": f"/var/run/netns/{ns}",
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": PLUGIN_DIR,
+        "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};"
+        f"K8S_POD_INFRA_CONTAINER_ID=c{pod};K8S_POD_UID={uid}",
+    }
+
+
+class Rig:
+    """Emulator + daemon + installed shim + a bridge cluster network, in a temp dir."""
+
+    def __init__(self, sim: KubeSim, workdir: Path) -> None:
+        self.sim, self.workdir = sim, workdir
+        self.bridge = f"mbk{short_id()[:6]}"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> Rig:
+        w = self.workdir
+        (w / "net.d").mkdir()
+        conflist = {
+            "cniVersion": "1.0.0", "name": "benchnet",
+            "plugins": [{"type": "bridge", "bridge": self.bridge, "isGateway": True,
+                         "ipam": {"type": "host-local", "dataDir": str(w / "ipam"),
+                                  "ranges": [[{"subnet": SUBNET}]]}}],
+        }  # fmt: skip
+        (w / "net.d" / "10-bench.conflist").write_text(json.dumps(conflist))
+        kubeconfig = await self.sim.write_kubeconfig(w / "kubeconfig")
+        config = {
+            "cniVersion": "1.0.0", "multusConfigFile": str(w / "net.d" / "00-multus.conf"),
+            "socketDir": str(w / "run"), "binDir": PLUGIN_DIR, "cniDir": str(w / "cache"),
+            "clusterNetwork": str(w / "net.d" / "10-bench.conflist"), "kubeconfig": str(kubeconfig),
+        }  # fmt: skip
+        (w / "daemon.json").write_text(json.dumps(config))
+        self.shim = await asyncio.to_thread(install_shim, w / "bin")
+        self.shim_conf = json.dumps({"cniVersion": "1.0.0", "name": "multus-cni-network",
+                                     "type": "multus-shim", "daemonSocketDir": str(w / "run")}
+                                    ).encode()  # fmt: skip
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "multusd", "--config", str(w / "daemon.json"), cwd=REPO,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "MULTUS_NODE_NAME": NODE},
+        )  # fmt: skip
+        for _ in range(600):
+            if (w / "run" / "multus.sock").exists():
+                break
+            await asyncio.sleep(0.05)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            await self.proc.wait()
+        await _sh("ip", "link", "del", self.bridge)
+
+    def create_pod(self, name: str) -> str:
+        pod = self.sim.create({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
+        })  # fmt: skip
+        return str(pod["metadata"]["uid"])
+
+
+def _counts(sim: KubeSim) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for record in sim.stats.requests():
+        key = f"{record.verb} {record.resource}" + (
+            f"/{record.subresource}" if record.subresource else ""
+        )
+        out[key] += 1
+    return out
+
+
+async def per_pod(sim: KubeSim, rig: Rig, pairs: int) -> dict[str, float]:
+    """API requests of ADD+DEL pairs for pods already in the cache."""
+    pods = [(f"p{i}-{short_id()[:4]}", "") for i in range(pairs)]
+    pods = [(name, rig.create_pod(name)) for name, _ in pods]
+    await asyncio.sleep(1.0)  # let the watch deliver them
+    namespaces = [f"mbk-{short_id()}" for _ in pods]
+    for ns in namespaces:
+        await _sh("ip", "netns", "add", ns)
+    sim.stats.reset()
+    try:
+        for (name, uid), ns in zip(pods, namespaces, strict=True):
+            env = _pod_env(ns, name, uid)
+            assert await _shim(rig.shim, "ADD", rig.shim_conf, env) == 0
+            assert await _shim(rig.shim, "DEL", rig.shim_conf, env) == 0
+    finally:
+        for ns in namespaces:
+            await _sh("ip", "netns", "del", ns)
+    counts = _counts(sim)
+    return {k: v / pairs for k, v in sorted(counts.items()) if not k.startswith("watch")}
+
+
+async def deletion_storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, float]:
+    """ADD ``count`` pods, delete them from the API, then DEL them all at once."""
+    pods = [
+        (name, rig.create_pod(name)) for name in (f"s{i}-{short_id()[:4]}" for i in range(count))
+    ]
+    await asyncio.sleep(1.0)
+    namespaces = [f"mbs-{short_id()}" for _ in pods]
+    limit = asyncio.Semaphore(16)
+
+    async def add(name: str, uid: str, ns: str) -> None:
+        async with limit:
+            await _sh("ip", "netns", "add", ns)
+            assert await _shim(rig.shim, "ADD", rig.shim_conf, _pod_env(ns, name, uid)) == 0
+
+    await asyncio.gather(*(add(n, u, ns) for (n, u), ns in zip(pods, namespaces, strict=True)))
+    for name, _ in pods:
+        sim.delete("pods", "default", name)
+    sim.stats.reset()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    codes = await asyncio.gather(*(
+        _shim(rig.shim, "DEL", rig.shim_conf, _pod_env(ns, n, u))
+        for (n, u), ns in zip(pods, namespaces, strict=True)
+    ))  # fmt: skip
+    elapsed = loop.time() - start
+    for ns in namespaces:
+        await _sh("ip", "netns", "del", ns)
+    assert all(c == 0 for c in codes)
+    stamps = sorted(r.started for r in sim.stats.requests() if r.verb != "watch")
+    peak = max((sum(1 for t in stamps if s <= t < s + 1.0) for s in stamps), default=0)
+    return {"pods": count, "seconds": elapsed, "requests": len(stamps), "peak_per_second": peak}
+
+
+async def run(pairs: int, storm: int) -> dict[str, Any]:
+    async with KubeSim(Settings(bookmark_interval=5.0)) as sim:
+        with tempfile.TemporaryDirectory(prefix="mbk-", dir="/tmp") as tmp:
+            async with Rig(sim, Path(tmp)) as rig:
+                costs = await per_pod(sim, rig, pairs)
+                storm_result = await deletion_storm(sim, rig, storm)
+    return {"per_add_del_pair": costs, "deletion_storm": storm_result}
+
+
+def main(pairs: int = 30, storm: int = 500) -> dict[str, Any]:
+    data = asyncio.run(run(pairs, storm))
+    costs, st = data["per_add_del_pair"], data["deletion_storm"]
+    rows = "\n".join(f"| `{k}` | {v:.2f} |" for k, v in costs.items()) or "| (none) | 0 |"
+    table = f"""Command: `tox -e bench -- kube_requests` (as root). {pairs} ADD+DEL pairs for pods
+already in the watch cache, counted from the emulator's request log (watch streams excluded).
+For comparison, upstream at the seed commit costs 3 pod GETs, 1 `pods/status` PUT and 1 event
+POST per pair (as measured for issue 4).
+
+| request (verb resource) | per ADD+DEL pair |
+|---|---|
+{rows}
+
+Deletion storm: {st["pods"]} pods deleted from the API, then {st["pods"]} DELs at once through the
+shim: {st["seconds"]:.1f} s wall time, {st["requests"]} API requests in total, peak
+{st["peak_per_second"]} requests in any 1-second window (the token bucket allows 50/s, burst 50)."""
+    publish("kube_requests", table)
+    save("kube_requests", data)
+    print(table)
+    return data

@@ -1,0 +1,205 @@
+"""The daemon against the API emulator: pod lookups from the watch cache, the fallback GET,
+the network-status PATCH, and start-up without an API server. Real shim, real plugins."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+
+from multusd.kubesim import KubeSim, Settings
+from multusd.kubesim.faults import ErrorRule
+from tests.e2e.conftest import pod_env, shim_config
+from tests.e2e.harness import Daemon, addresses, run_shim
+
+StartDaemon = Callable[..., Awaitable[Daemon]]
+MakeNetns = Callable[[], Awaitable[str]]
+NODE = "node-e2e"
+STATUS = "k8s.v1.cni.cncf.io/network-status"
+
+
+@pytest_asyncio.fixture
+async def kubesim() -> AsyncIterator[KubeSim]:
+    async with KubeSim(Settings(bookmark_interval=1.0)) as sim:
+        yield sim
+
+
+def _create_pod(kubesim: KubeSim, name: str, **annotations: str) -> str:
+    """Create a pod on our node; returns the UID the API server gave it."""
+    pod = kubesim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+        }
+    )
+    return str(pod["metadata"]["uid"])
+
+
+async def _start(
+    start_daemon: StartDaemon, kubesim: KubeSim, workdir: Path, conflist: Path, **extra: Any
+) -> Daemon:
+    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
+    return await start_daemon(
+        env={"MULTUS_NODE_NAME": NODE},
+        kubeconfig=str(kubeconfig),
+        clusterNetwork=str(conflist),
+        **extra,
+    )
+
+
+def _uid_env(netns_name: str, pod: str, uid: str) -> dict[str, str]:
+    env = pod_env(netns_name, pod=pod)
+    env["CNI_ARGS"] = env["CNI_ARGS"].replace(f"K8S_POD_UID=uid-{env['CNI_CONTAINERID']}", "")
+    env["CNI_ARGS"] += f"K8S_POD_UID={uid}"
+    return env
+
+
+async def test_cached_pod_costs_no_reads_and_one_status_patch(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    uid = _create_pod(kubesim, "web")
+    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
+    status, body = await daemon.request("GET", "/readyz")
+    assert (status, json.loads(body)["caches"]) == (200, "caches synced")
+    name = await netns()
+    env = _uid_env(name, "web", uid)
+    kubesim.stats.reset()
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    assert kubesim.stats.count("get", "pods") == 0
+    assert kubesim.stats.count("patch", "pods", "status") == 1
+    pod = kubesim.get("pods", "default", "web", group="", version="v1")
+    statuses = json.loads(pod["metadata"]["annotations"][STATUS])
+    assert statuses[0]["name"] == "testnet"
+    assert statuses[0]["interface"] == "eth0"
+    assert statuses[0]["default"] is True
+    assert statuses[0]["ips"][0].startswith("10.251.0.")
+    assert pod["metadata"]["annotations"][STATUS].startswith('[{\n    "name": "testnet",')
+    kubesim.stats.reset()
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
+    assert deleted.returncode == 0
+    assert kubesim.stats.count("get", "pods") == 0
+    assert "eth0" not in await addresses(name)
+
+
+async def test_pod_hidden_from_the_watch_is_found_by_the_fallback_get(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    _create_pod(kubesim, "static-web", **{"kubernetes.io/config.source": "file"})
+    kubesim.faults.hide("default", "static-web")
+    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    kubesim.stats.reset()
+    env = _uid_env(name, "static-web", "some-other-uid")  # static pods skip the UID check
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    assert kubesim.stats.count("get", "pods") == 1
+    assert "eth0" in await addresses(name)
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+
+
+async def test_missing_pod_gets_an_empty_result_and_no_networks(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    daemon = await _start(start_daemon, kubesim, workdir, conflist_file, podGetTimeoutSeconds=2)
+    name = await netns()
+    env = _uid_env(name, "ghost", "uid-ghost")
+    added = await run_shim(shim_path, "ADD", shim_config(daemon, "0.3.1"), env=env)
+    assert added.returncode == 0, added
+    result = added.json()
+    assert result["cniVersion"] == "0.3.1"
+    assert result["interfaces"] == [{"name": "eth0", "sandbox": f"/var/run/netns/{name}"}]
+    assert "eth0" not in await addresses(name)
+    assert not (daemon.cni_dir / env["CNI_CONTAINERID"]).exists()
+
+
+async def test_uid_mismatch_fails_add_but_not_del(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    uid = _create_pod(kubesim, "web")
+    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
+    env = _uid_env(await netns(), "web", "uid-old")
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 1
+    assert f'expected pod UID "uid-old" but got "{uid}" from Kube API' in added.json()["msg"]
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+
+
+async def test_pod_deleted_before_del(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    uid = _create_pod(kubesim, "web")
+    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    env = _uid_env(name, "web", uid)
+    assert (await run_shim(shim_path, "ADD", shim_config(daemon), env=env)).returncode == 0
+    kubesim.delete("pods", "default", "web", group="", version="v1")
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
+    assert deleted.returncode == 0
+    assert "eth0" not in await addresses(name)
+
+
+async def test_status_write_survives_transient_api_errors(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    uid = _create_pod(kubesim, "web")
+    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
+    kubesim.faults.errors.append(ErrorRule(code=500, verb="patch", resource="pods", count=2))
+    env = _uid_env(await netns(), "web", uid)
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    pod = kubesim.get("pods", "default", "web", group="", version="v1")
+    assert STATUS in pod["metadata"]["annotations"]
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+
+
+async def test_serves_after_a_bounded_wait_when_the_api_is_down(
+    start_daemon: StartDaemon, workdir: Path, conflist_file: Path
+) -> None:
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    daemon = await start_daemon(
+        kubeconfig=str(kubeconfig), clusterNetwork=str(conflist_file), cacheSyncTimeoutSeconds=1
+    )
+    status, body = await daemon.request("GET", "/readyz")
+    assert status == 200
+    assert json.loads(body)["caches"].startswith("caches not synced after 1s")
