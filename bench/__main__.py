@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from bench import kube_requests, kubesim_scale, skeleton
+from bench import kube_requests, kubesim_scale, memory, skeleton
 
 BENCHMARKS = {
     "skeleton": skeleton.main,
     "kubesim_scale": kubesim_scale.main,
     "kube_requests": kube_requests.main,
+    "memory": memory.main,
 }
 
 

@@ -8,38 +8,35 @@ values are not coerced, unknown keys are ignored.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cni_shim import results
 from cni_shim.errors import DECODING_FAILURE, INVALID_NETWORK_CONFIG, CNIError
+from multusd.config.schema import SchemaError, decode, json_field
 
 
-class NetConf(BaseModel):
-    model_config = ConfigDict(strict=True, frozen=True, extra="ignore", populate_by_name=True)
-
-    cni_version: str = Field("", alias="cniVersion")
-    name: str = ""
-    type: str = ""
-    bin_dir: str = Field("/opt/cni/bin", alias="binDir")
-    conf_dir: str = Field("/etc/cni/multus/net.d", alias="confDir")
-    cni_dir: str = Field("/var/lib/cni/multus", alias="cniDir")
-    kubeconfig: str = ""
-    cluster_network: str = Field("", alias="clusterNetwork")
-    default_networks: list[str] = Field(default_factory=list, alias="defaultNetworks")
-    delegates: list[dict[str, Any]] = Field(default_factory=list)
-    multus_namespace: str = Field("kube-system", alias="multusNamespace")
-    system_namespaces: list[str] = Field(
-        default_factory=lambda: ["kube-system"], alias="systemNamespaces"
-    )
-    namespace_isolation: bool = Field(False, alias="namespaceIsolation")
-    global_namespaces: str = Field("", alias="globalNamespaces")
-    readiness_indicator_file: str = Field("", alias="readinessindicatorfile")
-    runtime_config: dict[str, Any] | None = Field(None, alias="runtimeConfig")
-    auxiliary_cni_chain_name: str = Field("", alias="auxiliaryCNIChainName")
-    retry_delete_on_error: bool = Field(False, alias="retryDeleteOnError")
-    prev_result: dict[str, Any] | None = Field(None, alias="prevResult")
+@dataclass(frozen=True, slots=True)
+class NetConf:
+    cni_version: str = json_field("cniVersion", "")
+    name: str = json_field("name", "")
+    type: str = json_field("type", "")
+    bin_dir: str = json_field("binDir", "/opt/cni/bin")
+    conf_dir: str = json_field("confDir", "/etc/cni/multus/net.d")
+    cni_dir: str = json_field("cniDir", "/var/lib/cni/multus")
+    kubeconfig: str = json_field("kubeconfig", "")
+    cluster_network: str = json_field("clusterNetwork", "")
+    default_networks: list[str] = json_field("defaultNetworks", factory=list)
+    delegates: list[dict[str, Any]] = json_field("delegates", factory=list)
+    multus_namespace: str = json_field("multusNamespace", "kube-system")
+    system_namespaces: list[str] = json_field("systemNamespaces", factory=lambda: ["kube-system"])
+    namespace_isolation: bool = json_field("namespaceIsolation", False)
+    global_namespaces: str = json_field("globalNamespaces", "")
+    readiness_indicator_file: str = json_field("readinessindicatorfile", "")
+    runtime_config: dict[str, Any] | None = json_field("runtimeConfig", None)
+    auxiliary_cni_chain_name: str = json_field("auxiliaryCNIChainName", "")
+    retry_delete_on_error: bool = json_field("retryDeleteOnError", False)
+    prev_result: dict[str, Any] | None = json_field("prevResult", None)
 
     @property
     def global_namespace_list(self) -> list[str]:
@@ -49,18 +46,6 @@ class NetConf(BaseModel):
         return [part.strip() for part in self.global_namespaces.split(",")]
 
 
-_ALIASES = {(f.alias or n).lower(): (f.alias or n) for n, f in NetConf.model_fields.items()}
-
-
-def _fold(raw: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        canonical = _ALIASES.get(key.lower())
-        if canonical is not None:
-            out[canonical] = value
-    return out
-
-
 def load_netconf(data: bytes) -> NetConf:
     """Decode and validate a Multus config; errors carry upstream's ``LoadNetConf`` wording."""
     prefix = "Multus: error loading netconf: LoadNetConf: "
@@ -68,12 +53,13 @@ def load_netconf(data: bytes) -> NetConf:
         raw = json.loads(data)
         if not isinstance(raw, dict):
             raise ValueError("expected a JSON object")
-        conf = NetConf.model_validate(_fold(raw))
-    except (ValueError, ValidationError) as exc:
+        conf = decode(NetConf, raw)
+    except SchemaError as exc:
+        raise CNIError(
+            DECODING_FAILURE, f"{prefix}failed to load netconf: {exc.key}: {exc.problem}"
+        ) from exc
+    except ValueError as exc:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, ValidationError):
-            first = exc.errors()[0]
-            detail = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
         raise CNIError(DECODING_FAILURE, f"{prefix}failed to load netconf: {detail}") from exc
     if conf.prev_result is not None:
         try:

@@ -15,6 +15,7 @@ from multusd.config.daemon import (
     load_daemon_config,
     parse_daemon_config,
 )
+from multusd.config.schema import decode
 from multusd.errors import EXIT_CONFIG, ConfigError
 
 
@@ -70,18 +71,18 @@ def test_defaults_match_upstream() -> None:
     # multusd additions
     assert config.plugin_timeout is None
     assert config.max_request_bytes == 4 * 1024 * 1024
-    assert config.model_extra == {}
+    assert config.extra == {}
 
 
 def test_nested_defaults() -> None:
-    cert = PerNodeCertificate.model_validate({})
+    cert = decode(PerNodeCertificate, {})
     assert (cert.enabled, cert.bootstrap_kubeconfig, cert.cert_dir, cert.cert_duration) == (
         False,
         "",
         "",
         "10m",
     )
-    options = LogOptions.model_validate({})
+    options = decode(LogOptions, {})
     assert (options.max_age, options.max_size, options.max_backups, options.compress) == (
         None,
         None,
@@ -112,8 +113,8 @@ def test_every_key_is_read() -> None:
     )
     assert config.socket_dir == "/s"
     assert config.chroot_dir == "/hostroot"
-    assert config.log_options == LogOptions.model_validate(
-        {"maxAge": 1, "maxSize": 2, "maxBackups": 3, "compress": False}
+    assert config.log_options == decode(
+        LogOptions, {"maxAge": 1, "maxSize": 2, "maxBackups": 3, "compress": False}
     )
     assert config.metrics_port == 9091
     assert config.connection_limit == 7
@@ -139,7 +140,7 @@ def test_keys_match_ignoring_case_last_duplicate_wins() -> None:
 
 def test_unknown_keys_are_kept() -> None:
     config, raw = parse({"somethingElse": {"x": 1}, "name": "n"})
-    assert config.model_extra == {"somethingElse": {"x": 1}, "name": "n"}
+    assert config.extra == {"somethingElse": {"x": 1}, "name": "n"}
     assert raw["somethingElse"] == {"x": 1}
 
 

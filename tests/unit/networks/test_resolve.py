@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from cni_shim.errors import INVALID_NETWORK_CONFIG, IO_FAILURE, CNIError
+from multusd.config.schema import decode
 from multusd.networks.netconf import NetConf
 from multusd.networks.resolve import cluster_network, inline_delegates, resolve_delegates
 
 
 def netconf(**fields: Any) -> NetConf:
-    return NetConf.model_validate(fields)
+    """A NetConf from JSON keys, as the daemon decodes it."""
+    return decode(NetConf, fields)
 
 
 def test_inline_delegates_re_marshalled_sorted_first_is_master() -> None:
