@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from bench import kube_requests, kubesim_scale, memory, skeleton
+from bench import informer, kube_requests, kubesim_scale, memory, skeleton
 
 BENCHMARKS = {
     "skeleton": skeleton.main,
     "kubesim_scale": kubesim_scale.main,
     "kube_requests": kube_requests.main,
     "memory": memory.main,
+    "informer": informer.main,
 }
 
 

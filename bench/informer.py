@@ -1,0 +1,312 @@
+"""Issue 4 benchmark: the pod cache's memory and (re)list time for 1k, 10k and 50k pods.
+
+The emulator runs in this process; the reflector runs in a child process so that its RSS is its
+own. Memory: the store's object graph (sys.getsizeof, each object once) and the child's RSS
+growth. Relist: time from run() start to synced (paged list, trimming included), and the time
+of a second, 410-forced relist, with the default 50 QPS / burst 50 token bucket. The pods are
+realistic (two containers, probes, env, status: ~4.7 KB of JSON each), and the cache is not
+node-filtered here: this is the worst case of a daemon started without MULTUS_NODE_NAME.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, publish, save
+from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
+from multusd.k8s.reflector import Reflector, ReflectorSettings
+from multusd.k8s.store import Store, trim_pod
+from multusd.kubesim import KubeSim
+from multusd.kubesim.operations import create
+from multusd.kubesim.resources import PODS
+
+STATUS = json.dumps(
+    [
+        {
+            "name": "cbr0",
+            "interface": "eth0",
+            "ips": ["10.244.1.17"],
+            "mac": "0a:58:0a:f4:01:11",
+            "default": True,
+            "dns": {},
+        },
+        {
+            "name": "default/macvlan-conf",
+            "interface": "net1",
+            "ips": ["192.168.1.201"],
+            "mac": "86:1d:96:ff:55:0d",
+            "dns": {},
+        },
+    ]
+)
+
+
+def realistic_pod(i: int) -> dict[str, Any]:
+    """About the shape of python-stack §1.5's realistic pod (~6-7 KB of JSON)."""
+    name = f"app{i % 50}-7d4b9c8f6-{i:05d}"
+    env = [{"name": f"VAR_{k}", "value": "x" * 20} for k in range(8)]
+    container = {
+        "name": "app",
+        "image": "registry.example.com/team/app:1.2.3",
+        "env": env,
+        "resources": {
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+        },
+        "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 10},
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5},
+        "volumeMounts": [
+            {
+                "name": "kube-api-access",
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                "readOnly": True,
+            }
+        ],
+        "terminationMessagePath": "/dev/termination-log",
+        "imagePullPolicy": "IfNotPresent",
+    }
+    sidecar = dict(container, name="sidecar", image="registry.example.com/proxy:2.0")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {
+                "app": f"app{i % 50}",
+                "pod-template-hash": "7d4b9c8f6",
+                "tier": "web",
+                "team": "blue",
+                "version": "1.2.3",
+            },
+            "annotations": {
+                "k8s.v1.cni.cncf.io/networks": "macvlan-conf",
+                "k8s.v1.cni.cncf.io/network-status": STATUS,
+                "kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z",
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": "8080",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"app{i % 50}-7d4b9c8f6",
+                    "uid": "0f8e2c1a-1111-2222-3333-444455556666",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": f"node{i % 500}",
+            "containers": [container, sidecar],
+            "volumes": [
+                {
+                    "name": "kube-api-access",
+                    "projected": {
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {
+                                "configMap": {
+                                    "name": "kube-root-ca.crt",
+                                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                                }
+                            },
+                        ]
+                    },
+                }
+            ],
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+            ],
+            "restartPolicy": "Always",
+            "serviceAccountName": "default",
+            "schedulerName": "default-scheduler",
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": f"10.{i // 65536}.{i // 256 % 256}.{i % 256}",
+            "hostIP": "192.168.0.10",
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                for t in (
+                    "Initialized",
+                    "Ready",
+                    "ContainersReady",
+                    "PodScheduled",
+                    "PodReadyToStartContainers",
+                )
+            ],
+            "containerStatuses": [
+                {
+                    "name": n,
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "sha256:" + "a" * 64,
+                    "containerID": "containerd://" + "b" * 64,
+                    "started": True,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                }
+                for n in ("app", "sidecar")
+            ],
+        },
+    }
+
+
+def deep_size(root: object) -> int:
+    """sys.getsizeof over the object graph, each object once (the dict keys and values)."""
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list | tuple):
+            stack.extend(obj)
+    return total
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def child(kubeconfig: str, count: int, page_size: int) -> dict[str, Any]:
+    """The reflector alone in this process (the emulator is the parent), so RSS is ours."""
+    from multusd.kubesim.client import connect
+
+    config = load_cluster_config(kubeconfig, environ={})
+    async with (
+        await connect(kubeconfig) as control,
+        KubeClient(config, ClientSettings(request_timeout=300)) as client,
+    ):
+        store = Store()
+        reflector = Reflector(
+            client,
+            "/api/v1/pods",
+            store,
+            trim=trim_pod,
+            settings=ReflectorSettings(page_size=page_size),
+        )
+        gc.collect()
+        rss0 = rss_mib()
+        cpu0 = time.process_time()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        task = asyncio.create_task(reflector.run())
+        await store.synced.wait()
+        first = loop.time() - t0
+        first_list = reflector.statistics().last_list_seconds
+        first_cpu = time.process_time() - cpu0
+        gc.collect()
+        rss1 = rss_mib()
+        deep = deep_size(store.items())
+        await control.expire_next_watches(1)
+        await control.drop_watches("eof")
+        while reflector.statistics().lists < 2:
+            await asyncio.sleep(0.001)
+        relist = reflector.statistics().last_list_seconds
+        gc.collect()
+        rss2 = rss_mib()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert len(store) == count, (len(store), count)
+        bucket = client.bucket.statistics()
+    return {
+        "pods": count,
+        "page_size": page_size,
+        "start_to_synced_s": round(first, 3),
+        "first_list_s": round(first_list, 3),
+        "first_list_client_cpu_s": round(first_cpu, 3),
+        "relist_s": round(relist, 3),
+        "store_mib": round(deep / 2**20, 2),
+        "bytes_per_pod": round(deep / count),
+        "rss_base_mib": round(rss0, 1),
+        "rss_delta_after_list_mib": round(rss1 - rss0, 1),
+        "rss_delta_after_relist_mib": round(rss2 - rss0, 1),
+        "bucket_wait_s": round(bucket.total_wait, 3),
+    }
+
+
+async def parent(count: int, page_size: int) -> dict[str, Any]:
+    async with KubeSim() as sim:
+        for i in range(count):
+            create(sim.state, PODS, "default", realistic_pod(i), keep_status=True)
+        tmp = Path(tempfile.mkdtemp(dir="/tmp"))
+        kubeconfig = await sim.write_kubeconfig(tmp / "kubeconfig")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.informer",
+            "--child",
+            str(kubeconfig),
+            str(count),
+            str(page_size),
+            stdout=asyncio.subprocess.PIPE,
+            cwd=REPO,
+        )
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0
+        row: dict[str, Any] = json.loads(out)
+        row["pod_json_bytes"] = len(
+            sim.store.get(PODS, "default", realistic_pod(0)["metadata"]["name"]).raw  # type: ignore[union-attr]
+        )
+        return row
+
+
+def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500) -> list[Any]:
+    rows = [asyncio.run(parent(n, page_size)) for n in sizes]
+    lines = [
+        f"Command: `tox -e bench -- informer`. Page size {page_size}; "
+        f"~{rows[0]['pod_json_bytes']:,} bytes of JSON per pod on the wire.",
+        "",
+        "| pods | first list s | client CPU s | relist after 410 s | store MiB | bytes/pod "
+        "| RSS growth after list MiB | after relist MiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['pods']:,} | {r['first_list_s']:.2f} | {r['first_list_client_cpu_s']:.2f} "
+        f"| {r['relist_s']:.2f} | {r['store_mib']:.1f} | {r['bytes_per_pod']:,} "
+        f"| {r['rss_delta_after_list_mib']:.0f} | {r['rss_delta_after_relist_mib']:.0f} |"
+        for r in rows
+    ]
+    table = "\n".join(lines)
+    publish("informer", table)
+    save("informer", {"rows": rows})
+    print(table)
+    return rows
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        print(json.dumps(asyncio.run(child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))))
+    else:
+        main()
