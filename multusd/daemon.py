@@ -133,17 +133,19 @@ async def serving(
     cluster: Cluster | None,
 ) -> AsyncIterator[web.AppRunner]:  # fmt: skip
     """Serve ``/cni`` on the bound socket until the context exits."""
-    pods = None
+    pods = events = None
     if cluster is not None:
         pods = PodLookup(
             cluster.client,
             cluster.pods,
             PodLookupSettings(live_get_timeout=config.pod_get_timeout),
         )
+        events = cluster.events
     services = Services(
         executor=SubprocessExecutor(chroot_dir=config.chroot_dir or None),
         plugin_timeout=config.plugin_timeout,
         pods=pods,
+        events=events,
     )
     handlers = Handlers(
         services=services, daemon_raw=raw, ignore_readiness=config.is_auto, state=state

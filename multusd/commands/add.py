@@ -22,6 +22,7 @@ from multusd.commands.delegate import (
     delegate_del,
     runtime_for,
 )
+from multusd.k8s.events import added_interface_message
 from multusd.k8s.pods import PodLookup
 from multusd.networks.delegates import Delegate
 from multusd.networks.netconf import NetConf, load_netconf
@@ -87,6 +88,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
     netconf = load_netconf(cmd.config)
     k8s = k8s_args_of(cmd)
     pod_label = k8s.label()
+    pod: dict[str, Any] | None = None
     if services.pods is not None:
         pod = await services.pods.get_pod(
             k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=False
@@ -124,8 +126,17 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
                 f"[{k8s.pod_namespace}/{k8s.pod_name}/{k8s.pod_uid}:{name}]: "
                 f'error adding container to network "{name}": '
             ) from exc
-        found.append(results.convert(result, results.LATEST))
+        latest = results.convert(result, results.LATEST)
+        found.append(latest)
         log.debug("[%s] added %s as %s", cmd.request_id, delegate.name, rt.ifname)
+        if (
+            services.events is not None
+            and pod is not None
+            and results.has_interfaces_or_ips(latest)
+        ):
+            ips = [ip["address"] for ip in latest.get("ips") or []]
+            message = added_interface_message(rt.ifname, ips, delegate.name)
+            services.events.record(pod, "Normal", "AddedInterface", message)
     if services.pods is not None:
         await _write_network_status(services.pods, k8s, delegates, found)
     return _master_result(delegates, found)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from multusd.cni.api import CNI
 from multusd.cni.invoke import PluginExecutor
+from multusd.k8s.events import EventRecorder
 from multusd.k8s.pods import PodLookup
 from multusd.networks.netconf import NetConf
 
@@ -53,6 +54,8 @@ class Services:
     plugin_timeout: float | None = None
     pods: PodLookup | None = None
     """Kubernetes pod reads and status writes; ``None`` in the no-Kubernetes mode."""
+    events: EventRecorder | None = None
+    """Kubernetes events, posted in the background; ``None`` in the no-Kubernetes mode."""
 
     def cni_for(self, netconf: NetConf) -> CNI:
         """A libcni handle for this request: ``binDir`` first, then the daemon's ``CNI_PATH``.

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from multusd.k8s.client import ClientSettings, ClusterConfig, KubeClient
+from multusd.k8s.events import EventRecorder
 from multusd.k8s.reflector import Reflector
 from multusd.k8s.store import Store, trim_nad, trim_pod
 
@@ -29,6 +30,7 @@ class Cluster:
     pods: Store
     nads: Store
     reflectors: tuple[Reflector, ...]
+    events: EventRecorder
 
     def synced(self) -> bool:
         return self.pods.synced.is_set() and self.nads.synced.is_set()
@@ -77,7 +79,8 @@ async def running_cluster(
         for task in tasks:
             task.add_done_callback(stopped)
         try:
-            yield Cluster(client, pods, nads, reflectors)
+            async with EventRecorder(client).running() as events:
+                yield Cluster(client, pods, nads, reflectors, events)
         finally:
             for task in tasks:
                 task.remove_done_callback(stopped)

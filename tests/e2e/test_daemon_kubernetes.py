@@ -3,6 +3,7 @@ the network-status PATCH, and start-up without an API server. Real shim, real pl
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -85,6 +86,11 @@ async def test_cached_pod_costs_no_reads_and_one_status_patch(
     assert statuses[0]["default"] is True
     assert statuses[0]["ips"][0].startswith("10.251.0.")
     assert pod["metadata"]["annotations"][STATUS].startswith('[{\n    "name": "testnet",')
+    # The AddedInterface event is posted in the background, after the ADD returned.
+    async with asyncio.timeout(10):
+        while kubesim.stats.count("create", "events") < 1:
+            await asyncio.sleep(0.05)
+    assert kubesim.stats.count("create", "events") == 1
     kubesim.stats.reset()
     deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
     assert deleted.returncode == 0

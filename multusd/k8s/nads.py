@@ -1,0 +1,41 @@
+"""NetworkAttachmentDefinition lookups: the watch cache first, one GET on a miss.
+
+Upstream HEAD reads NADs from its informer only, so a NAD created moments before its pod can be
+reported missing and the sandbox retried (reference §5.3). One GET on a cache miss closes that
+window at the cost of a request only when something is actually missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multusd.k8s.client import KubeClient
+from multusd.k8s.errors import NotFound
+from multusd.k8s.store import Store, trim_nad
+
+NADS_GROUP_PATH = "/apis/k8s.cni.cncf.io/v1"
+
+
+def nad_path(namespace: str, name: str) -> str:
+    return f"{NADS_GROUP_PATH}/namespaces/{namespace}/network-attachment-definitions/{name}"
+
+
+class NadLookup:
+    def __init__(self, client: KubeClient, store: Store, *, get_timeout: float = 5.0) -> None:
+        self.client = client
+        self.store = store
+        self.get_timeout = get_timeout
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The NAD, or ``None`` if the API server does not have it either.
+
+        Other API errors propagate (``ApiError``): the caller words them for the runtime.
+        """
+        cached = self.store.get(namespace, name)
+        if cached is not None:
+            return cached
+        try:
+            found = await self.client.get(nad_path(namespace, name), timeout=self.get_timeout)
+        except NotFound:
+            return None
+        return trim_nad(found)
