@@ -9,6 +9,7 @@ STATUS follow the 1.1.0 rules. Errors keep their CNI code through every prefix a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -106,6 +107,10 @@ class CNI:
 
     # -- plumbing ----------------------------------------------------------------------------
 
+    async def _plugin_path(self, plugin_type: str) -> str:
+        """``find_plugin`` off the event loop: it stats files in every search directory."""
+        return await asyncio.to_thread(find_plugin, plugin_type, self.paths)
+
     def plugin_env(self, command: str, rt: RuntimeConf) -> dict[str, str]:
         """The base environment plus the CNI variables, which win over inherited ones."""
         env = dict(os.environ if self._environ is None else self._environ)
@@ -139,7 +144,7 @@ class CNI:
     async def _add_one(
         self, name: str, version: str, plugin: NetworkConfig, prev: Result | None, rt: RuntimeConf
     ) -> Result:
-        path = find_plugin(plugin.type, self.paths)
+        path = await self._plugin_path(plugin.type)
         skel.validate_container_id(rt.container_id)
         skel.validate_network_name(name)
         skel.validate_ifname(rt.ifname)
@@ -158,7 +163,7 @@ class CNI:
         prev: Result | None,
         rt: RuntimeConf,
     ) -> None:
-        path = find_plugin(plugin.type, self.paths)
+        path = await self._plugin_path(plugin.type)
         stdin = self._stdin(name, version, plugin, prev, rt)
         await self._run(command, path, stdin, rt)
 
@@ -320,7 +325,7 @@ class CNI:
             for plugin in conflist.plugins:
                 try:
                     built = inject(plugin, values)
-                    path = find_plugin(built.type, self.paths)
+                    path = await self._plugin_path(built.type)
                     await self._run("GC", path, built.raw, RuntimeConf())
                 except CNIError as exc:
                     errs.append(prefixed(exc, f"failed to GC plugin {plugin.type}: "))
@@ -339,7 +344,7 @@ class CNI:
             except CNIError as exc:
                 prefix = f"failed to generate configuration to get plugin STATUS {plugin.type}: "
                 raise prefixed(exc, prefix) from exc
-            path = find_plugin(built.type, self.paths)
+            path = await self._plugin_path(built.type)
             await self._run("STATUS", path, built.raw, RuntimeConf())
 
     # -- single configs ----------------------------------------------------------------------

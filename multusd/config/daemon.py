@@ -40,7 +40,38 @@ class PerNodeCertificate:
 
 
 @dataclass(frozen=True, slots=True)
-class DaemonConfig:
+class NetworkKeys:
+    """The Multus NetConf keys (reference §3.3 c) that both the daemon and each request read.
+
+    The daemon config and the per-request NetConf share them because the server-config
+    override copies the former over the latter; one definition keeps the defaults in step.
+    """
+
+    bin_dir: str = json_field("binDir", "/opt/cni/bin")
+    conf_dir: str = json_field("confDir", "/etc/cni/multus/net.d")
+    cni_dir: str = json_field("cniDir", "/var/lib/cni/multus")
+    kubeconfig: str = json_field("kubeconfig", "")
+    cluster_network: str = json_field("clusterNetwork", "")
+    default_networks: list[str] = json_field("defaultNetworks", factory=list)
+    multus_namespace: str = json_field("multusNamespace", "kube-system")
+    system_namespaces: list[str] = json_field("systemNamespaces", factory=lambda: ["kube-system"])
+    namespace_isolation: bool = json_field("namespaceIsolation", False)
+    global_namespaces: str = json_field("globalNamespaces", "")
+    retry_delete_on_error: bool = json_field("retryDeleteOnError", False)
+    cni_version: str = json_field("cniVersion", "")
+    readiness_indicator_file: str = json_field("readinessindicatorfile", "")
+    auxiliary_cni_chain_name: str = json_field("auxiliaryCNIChainName", "")
+
+    @property
+    def global_namespace_list(self) -> list[str]:
+        """``globalNamespaces`` split on commas; it *replaces* the default ``["default"]``."""
+        if not self.global_namespaces:
+            return ["default"]
+        return [part.strip() for part in self.global_namespaces.split(",")]
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig(NetworkKeys):
     """Every key of upstream's daemon config (reference §3.3 a-c) plus ours, with defaults.
 
     Keys this daemon adds are marked *multusd*; upstream ignores them, so one file serves both.
@@ -59,31 +90,15 @@ class DaemonConfig:
     per_node_certificate: PerNodeCertificate | None = json_field("perNodeCertificate", None)
 
     # (b) config generator
-    cni_version: str = json_field("cniVersion", "")
     multus_config_file: str = json_field("multusConfigFile", "auto")
     multus_autoconfig_dir: str = json_field("multusAutoconfigDir", "")
     multus_master_cni: str = json_field("multusMasterCNI", "")
     cni_config_dir: str = json_field("cniConfigDir", "/etc/cni/net.d")
     force_cni_version: bool = json_field("forceCNIVersion", False)
     override_network_name: bool = json_field("overrideNetworkName", False)
-    readiness_indicator_file: str = json_field("readinessindicatorfile", "")
     type: str = json_field("type", "multus-shim")
     capabilities: dict[str, bool] = json_field("capabilities", factory=dict)
     daemon_socket_dir: str = json_field("daemonSocketDir", "")
-    auxiliary_cni_chain_name: str = json_field("auxiliaryCNIChainName", "")
-
-    # (c) request-time NetConf keys that the daemon itself also reads
-    bin_dir: str = json_field("binDir", "/opt/cni/bin")
-    conf_dir: str = json_field("confDir", "/etc/cni/multus/net.d")
-    cni_dir: str = json_field("cniDir", "/var/lib/cni/multus")
-    kubeconfig: str = json_field("kubeconfig", "")
-    cluster_network: str = json_field("clusterNetwork", "")
-    default_networks: list[str] = json_field("defaultNetworks", factory=list)
-    multus_namespace: str = json_field("multusNamespace", "kube-system")
-    system_namespaces: list[str] = json_field("systemNamespaces", factory=lambda: ["kube-system"])
-    namespace_isolation: bool = json_field("namespaceIsolation", False)
-    global_namespaces: str = json_field("globalNamespaces", "")
-    retry_delete_on_error: bool = json_field("retryDeleteOnError", False)
 
     # multusd additions
     plugin_timeout: float | None = json_field("pluginTimeoutSeconds", None)

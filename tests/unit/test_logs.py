@@ -22,6 +22,7 @@ def _restore_logger() -> Iterator[None]:
     logger = logging.getLogger("multusd")
     saved = (list(logger.handlers), logger.level, logger.propagate)
     yield
+    logs.shutdown()
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
@@ -120,6 +121,7 @@ def test_configured_level_filters(level: str, seen: str) -> None:
     stream = io.StringIO()
     logs.configure(level=level, to_stderr=True, stream=stream)
     emit_all()
+    logs.shutdown()
     matches = [LINE.match(line) for line in stream.getvalue().splitlines()]
     messages = [m.group(3) for m in matches if m is not None]
     assert len(messages) == len(matches)
@@ -131,6 +133,7 @@ def test_unknown_level_reported(capsys: pytest.CaptureFixture[str]) -> None:
     logs.configure(level="loud", to_stderr=True, stream=stream)
     assert capsys.readouterr().err == "multus logging: cannot set logging level to loud\n"
     emit_all()
+    logs.shutdown()
     assert stream.getvalue().count("\n") == 1
 
 
@@ -140,8 +143,7 @@ def test_file_handler_and_stderr_together(tmp_path: Path) -> None:
     logs.configure(level="error", to_stderr=True, log_file=str(path), stream=stream)
     assert not path.exists()  # opened lazily
     logging.getLogger("multusd.x").error("to both %d", 1)
-    for handler in logging.getLogger("multusd").handlers:
-        handler.flush()
+    logs.shutdown()
     file_lines = path.read_text().splitlines()
     assert len(file_lines) == 1
     assert file_lines[0].endswith(" [error] to both 1")
@@ -153,8 +155,9 @@ def test_reconfigure_replaces_handlers(tmp_path: Path) -> None:
     logs.configure(level="error", to_stderr=True, stream=first)
     logs.configure(level="error", log_file=str(tmp_path / "l.log"))
     logging.getLogger("multusd").error("only in file")
+    handlers = logs.output_handlers()
+    logs.shutdown()
     assert first.getvalue() == ""
-    handlers = logging.getLogger("multusd").handlers
     assert len(handlers) == 1 and isinstance(handlers[0], logging.FileHandler)
     assert logging.getLogger("multusd").propagate is False
 
