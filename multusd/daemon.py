@@ -32,6 +32,7 @@ from multusd.k8s.cluster import Cluster, running_cluster
 from multusd.k8s.kubeconfig import load_cluster_config
 from multusd.k8s.pods import PodLookup, PodLookupSettings
 from multusd.server.app import build_app
+from multusd.server.concurrency import RequestGate
 from multusd.server.handlers import DaemonState, Handlers
 from multusd.server.socket import BoundSocket, bind_socket, prepare_socket_dir
 
@@ -148,7 +149,11 @@ async def serving(
         events=events,
     )
     handlers = Handlers(
-        services=services, daemon_raw=raw, ignore_readiness=config.is_auto, state=state
+        services=services,
+        daemon_raw=raw,
+        ignore_readiness=config.is_auto,
+        state=state,
+        gate=RequestGate(config.connection_limit),
     )
     app = build_app(handlers, max_request_bytes=config.max_request_bytes)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)

@@ -7,6 +7,7 @@ body too (it decodes CNI error objects before falling back to text).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ from multusd.commands.gc import gc
 from multusd.commands.status import status
 from multusd.config.override import override_config
 from multusd.errors import internal
+from multusd.server.concurrency import KeyedLocks, RequestGate
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,8 @@ class Handlers:
     daemon_raw: dict[str, Any] | None
     ignore_readiness: bool
     state: DaemonState
+    gate: RequestGate = field(default_factory=lambda: RequestGate(None))
+    containers: KeyedLocks = field(default_factory=KeyedLocks)
 
     async def cni(self, request: web.Request) -> web.Response:
         started = time.monotonic()
@@ -153,7 +157,14 @@ class Handlers:
         if runner is None:
             return error_response(_env_error(f"unknown cmd type: {cmd.command}"))
         try:
-            result = await runner(cmd, self.services)
+            # Node-level commands (GC, STATUS) have no container to serialise on.
+            serial = (
+                self.containers.hold(cmd.container_id)
+                if cmd.container_id
+                else contextlib.nullcontext()
+            )
+            async with self.gate.slot(), serial:
+                result = await runner(cmd, self.services)
         except CNIError as exc:
             outcome: CNIError | None = self._wrap(cmd, exc)
         except Exception as exc:  # a bug must not kill the daemon or hang the runtime
