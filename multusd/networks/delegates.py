@@ -107,6 +107,26 @@ def delegate_from_bytes(data: bytes) -> Delegate:
     )
 
 
+def with_cni_args(delegate: Delegate, cni_args: dict[str, Any]) -> Delegate:
+    """Merge a selection's ``cni-args`` into ``args.cni`` of the config (every plugin of a
+    conflist), as upstream's ``LoadDelegateNetConf``: requested keys win, others are kept."""
+    conf = _decode_object(delegate.raw, "cni-args")
+
+    def merged(plugin: dict[str, Any]) -> dict[str, Any]:
+        args = plugin.get("args")
+        args = dict(args) if isinstance(args, dict) else {}
+        cni = args.get("cni")
+        args["cni"] = {**(cni if isinstance(cni, dict) else {}), **cni_args}
+        return {**plugin, "args": args}
+
+    if delegate.is_conflist:
+        conf["plugins"] = [merged(p) for p in conf.get("plugins") or []]
+    else:
+        conf = merged(conf)
+    rebuilt = delegate_from_bytes(gojson.dumps(conf, sort_keys=True).encode())
+    return replace(delegate, raw=rebuilt.raw, conf=rebuilt.conf, plugins=rebuilt.plugins)
+
+
 def _subdirectory_plugins(config_dir: Path, list_name: str) -> list[bytes]:
     """libcni's subdirectory plugin loading: ``<dir>/<list name>/*.conf``, sorted."""
     if not _CHAIN_NAME.match(list_name):

@@ -33,6 +33,7 @@ async def upstream_errors(request: web.Request, handler: Handler) -> web.StreamR
 def build_app(handlers: Handlers, *, max_request_bytes: int) -> web.Application:
     app = web.Application(client_max_size=max_request_bytes, middlewares=[upstream_errors])
     app.router.add_post("/cni", handlers.cni)
+    app.router.add_post("/delegate", handlers.delegate)
     for path, handler in (("/healthz", handlers.healthz), ("/readyz", handlers.readyz)):
         app.router.add_get(path, handler, allow_head=False)
         app.router.add_post(path, handler)

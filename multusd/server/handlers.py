@@ -8,6 +8,7 @@ body too (it decodes CNI error objects before falling back to text).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,9 +25,12 @@ from multusd.commands.check import check
 from multusd.commands.context import CmdArgs, Services
 from multusd.commands.delete import delete
 from multusd.commands.gc import gc
+from multusd.commands.hotplug import hotplug as run_hotplug
 from multusd.commands.status import status
 from multusd.config.override import override_config
+from multusd.config.schema import decode
 from multusd.errors import internal
+from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import KeyedLocks, RequestGate
 
 log = logging.getLogger(__name__)
@@ -52,12 +56,15 @@ def _env_error(msg: str) -> CNIError:
     return CNIError(INVALID_ENVIRONMENT, msg)
 
 
-def build_cmd_args(env: dict[str, str], config: bytes) -> CmdArgs:
-    """Upstream ``extractCniData`` (reference §2.4 steps 2–5), without the override."""
+def build_cmd_args(env: dict[str, str], config: bytes, *, pod_context: bool = False) -> CmdArgs:
+    """Upstream ``extractCniData`` (reference §2.4 steps 2–5), without the override.
+
+    ``pod_context`` demands the pod's variables for every command (``/delegate`` does).
+    """
     command = env.get("CNI_COMMAND")
     if not command:
         raise _env_error("unexpected or missing CNI_COMMAND")
-    if command in NODE_COMMANDS:
+    if command in NODE_COMMANDS and not pod_context:
         return CmdArgs(command, "", "", "", "", config)
     prefix = "could not extract the CNI command args: "
     if "CNI_CONTAINERID" not in env:
@@ -131,29 +138,55 @@ class Handlers:
     containers: KeyedLocks = field(default_factory=KeyedLocks)
 
     async def cni(self, request: web.Request) -> web.Response:
+        return await self._serve(request, hotplug=False)
+
+    async def delegate(self, request: web.Request) -> web.Response:
+        """``/delegate``: the hot-plug API (one delegate, see ``commands.hotplug``)."""
+        return await self._serve(request, hotplug=True)
+
+    async def _serve(self, request: web.Request, *, hotplug: bool) -> web.Response:
         started = time.monotonic()
         self.state.in_flight += 1
         try:
-            return await self._cni(request, started)
+            return await self._handle(request, started, hotplug)
         finally:
             self.state.in_flight -= 1
             if self.state.in_flight == 0 and self.state.idle is not None:
                 self.state.idle()
 
-    async def _cni(self, request: web.Request, started: float) -> web.Response:
+    @functools.cached_property
+    def hotplug_settings(self) -> NetConf:
+        """``/delegate``'s Multus settings: defaults overlaid with the daemon config (§2.5).
+
+        The daemon config was validated at start-up with the same field types.
+        """
+        return decode(NetConf, self.daemon_raw or {})
+
+    def _runner(
+        self, cmd: CmdArgs, attributes: dict[str, Any] | None, hotplug: bool
+    ) -> Callable[[], Awaitable[dict[str, Any] | None]] | None:
+        if hotplug:
+            settings = self.hotplug_settings
+            return lambda: run_hotplug(cmd, attributes, self.services, settings)
+        command = _COMMANDS.get(cmd.command)
+        return None if command is None else (lambda: command(cmd, self.services))
+
+    async def _handle(self, request: web.Request, started: float, hotplug: bool) -> web.Response:
         body = await request.read()
         try:
-            env, stdin, _attributes = wire.decode_request(body)
-            cmd = build_cmd_args(env, stdin)
-            config = override_config(
-                cmd.config, self.daemon_raw, ignore_readiness=self.ignore_readiness
-            )
-            cmd = CmdArgs(cmd.command, cmd.container_id, cmd.netns, cmd.ifname, cmd.args, config)
+            env, stdin, attributes = wire.decode_request(body)
+            cmd = build_cmd_args(env, stdin, pod_context=hotplug)
+            if not hotplug:  # /delegate's config is the plugin's own: not a Multus config
+                config = override_config(
+                    cmd.config, self.daemon_raw, ignore_readiness=self.ignore_readiness
+                )
+                cmd = CmdArgs(
+                    cmd.command, cmd.container_id, cmd.netns, cmd.ifname, cmd.args, config
+                )
+            runner = self._runner(cmd, attributes, hotplug)
         except CNIError as exc:
-            log.info("/cni rejected: %s", exc)
+            log.info("%s rejected: %s", request.path, exc)
             return error_response(exc)
-
-        runner = _COMMANDS.get(cmd.command)
         if runner is None:
             return error_response(_env_error(f"unknown cmd type: {cmd.command}"))
         try:
@@ -164,18 +197,19 @@ class Handlers:
                 else contextlib.nullcontext()
             )
             async with self.gate.slot(), serial:
-                result = await runner(cmd, self.services)
+                result = await runner()
         except CNIError as exc:
-            outcome: CNIError | None = self._wrap(cmd, exc)
+            outcome: CNIError | None = self._wrap(cmd, exc, hotplug)
         except Exception as exc:  # a bug must not kill the daemon or hang the runtime
             log.exception("[%s] %s failed unexpectedly", cmd.request_id, cmd.command)
-            outcome = self._wrap(cmd, internal(f"internal error: {exc!r}"))
+            outcome = self._wrap(cmd, internal(f"internal error: {exc!r}"), hotplug)
         else:
             outcome = None
         elapsed = (time.monotonic() - started) * 1000
         log.info(
-            "[%s] %s container=%s args=%s took %.1fms: %s",
+            "[%s] %s %s container=%s args=%s took %.1fms: %s",
             cmd.request_id,
+            request.path,
             cmd.command,
             cmd.container_id,
             cmd.args,
@@ -195,8 +229,8 @@ class Handlers:
             return error_response(exc.with_prefix("failed to generate the CNI result: "))
 
     @staticmethod
-    def _wrap(cmd: CmdArgs, err: CNIError) -> CNIError:
-        if cmd.command == "ADD":
+    def _wrap(cmd: CmdArgs, err: CNIError, hotplug: bool = False) -> CNIError:
+        if cmd.command == "ADD" and not hotplug:
             k8s = parse_envelope_args(cmd.args)
             err = err.with_prefix(
                 f"error configuring pod [{k8s['K8S_POD_NAMESPACE']}/{k8s['K8S_POD_NAME']}] "

@@ -254,3 +254,21 @@ def test_resolve_missing_path(tmp_path: Path) -> None:
         resolve_on_disk(str(missing), str(tmp_path))
     assert info.value.code == IO_FAILURE == 5
     assert info.value.msg == f"{os.strerror(2)}: {missing}"
+
+
+def test_cni_args_merged_into_args_cni_of_every_plugin() -> None:
+    from multusd.networks.delegates import with_cni_args
+
+    single = delegate_from_bytes(
+        b'{"type":"macvlan","name":"m","args":{"cni":{"a":1,"b":2},"k":3}}'
+    )
+    merged = with_cni_args(single, {"b": 20, "c": 30})
+    assert json.loads(merged.raw) == {
+        "args": {"cni": {"a": 1, "b": 20, "c": 30}, "k": 3},
+        "name": "m",
+        "type": "macvlan",
+    }
+    assert list(json.loads(merged.raw)) == ["args", "name", "type"]  # re-encoded sorted
+    listed = delegate_from_bytes(b'{"name":"l","plugins":[{"type":"a"},{"type":"b","args":5}]}')
+    plugins = json.loads(with_cni_args(listed, {"x": "y"}).raw)["plugins"]
+    assert [p["args"] for p in plugins] == [{"cni": {"x": "y"}}, {"cni": {"x": "y"}}]

@@ -1,0 +1,88 @@
+"""``POST /delegate``: add, delete, check or ask the status of ONE delegate on a running pod.
+
+Programs that hot-plug interfaces (reference §2.5, §7.5) send the delegate plugin's own config
+plus optional interface attributes (IPs, MAC, CNI args). Unlike ``/cni`` there is no delegate
+cache, no network-status and no gateway handling, a missing pod is an error, and DEL errors are
+returned. Upstream also copies the daemon config over the *plugin's* config (quirk 10), which
+injects Multus keys into the plugin's stdin; we leave the plugin's config as it was sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from cni_shim import results
+from cni_shim.errors import INTERNAL, INVALID_ENVIRONMENT, CNIError
+from multusd.cni.conf import conf_from_bytes, conflist_from_bytes, conflist_from_conf
+from multusd.commands.add import k8s_args_of
+from multusd.commands.context import CmdArgs, Services
+from multusd.commands.delegate import delegate_add, delegate_check, delegate_del, runtime_for
+from multusd.k8s.events import added_interface_message
+from multusd.networks.delegates import Delegate, delegate_from_bytes, with_cni_args
+from multusd.networks.netconf import NetConf
+
+
+def _attribute_delegate(cmd: CmdArgs, attributes: dict[str, Any] | None) -> Delegate:
+    """The delegate the request describes: its config, the runtime's ifname, the attributes."""
+    delegate = delegate_from_bytes(cmd.config)
+    attrs = attributes or {}
+    ips = attrs.get("ips") or []
+    mac = attrs.get("mac") or ""
+    if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
+        raise CNIError(INVALID_ENVIRONMENT, "interfaceAttributes: ips must be a list of strings")
+    if not isinstance(mac, str):
+        raise CNIError(INVALID_ENVIRONMENT, "interfaceAttributes: mac must be a string")
+    cni_args = attrs.get("cni-args")
+    if cni_args is not None:
+        if not isinstance(cni_args, dict):
+            raise CNIError(INVALID_ENVIRONMENT, "interfaceAttributes: cni-args must be an object")
+        delegate = with_cni_args(delegate, cni_args)
+    return replace(delegate, ifname_request=cmd.ifname, ip_request=tuple(ips), mac_request=mac)
+
+
+async def hotplug(
+    cmd: CmdArgs,
+    attributes: dict[str, Any] | None,
+    services: Services,
+    netconf: NetConf,
+) -> dict[str, Any] | None:
+    """Run ``cmd.command`` for the one delegate in ``cmd.config``; ``netconf`` gives the
+    daemon's settings (``binDir``, ``cniDir``, ...)."""
+    if cmd.command not in ("ADD", "DEL", "CHECK", "STATUS"):
+        raise CNIError(INVALID_ENVIRONMENT, f"unknown cmd type: {cmd.command}")
+    k8s = k8s_args_of(cmd)
+    pod: dict[str, Any] | None = None
+    if services.pods is not None and cmd.command in ("ADD", "DEL"):
+        pod = await services.pods.get_pod(
+            k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=False
+        )
+        if pod is None:
+            raise CNIError(INTERNAL, f"Multus: [{k8s.label()}]: pod not found")
+    delegate = _attribute_delegate(cmd, attributes)
+    cni = services.cni_for(netconf)
+    env_args = services.environ.get("CNI_ARGS", "")
+    rt = runtime_for(cmd, k8s, netconf, delegate, 0, env_args=env_args, legacy=cmd.command == "ADD")
+    if cmd.command == "ADD":
+        result = results.convert(await delegate_add(cni, delegate, rt), results.LATEST)
+        if (
+            services.events is not None
+            and pod is not None
+            and results.has_interfaces_or_ips(result)
+        ):
+            ips = [ip["address"] for ip in result.get("ips") or []]
+            message = added_interface_message(rt.ifname, ips, delegate.name)
+            services.events.record(pod, "Normal", "AddedInterface", message)
+        return result
+    if cmd.command == "DEL":
+        await delegate_del(cni, delegate, rt)
+    elif cmd.command == "CHECK":
+        await delegate_check(cni, delegate, rt)
+    else:
+        netlist = (
+            conflist_from_bytes(delegate.raw)
+            if delegate.is_conflist
+            else conflist_from_conf(conf_from_bytes(delegate.raw))
+        )
+        await cni.get_status_network_list(netlist)
+    return None
