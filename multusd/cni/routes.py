@@ -18,7 +18,9 @@ Decisions on upstream quirks (reference §12):
   libcni's own spelling, in every result layout.
 * A 0.1.0/0.2.0 route list emptied by the deletion loses its key instead of becoming ``null``.
 * When several deletions or additions fail, the first error is reported (upstream keeps the
-  last one, and a later success can even hide an earlier failure).
+  last one, and a later success can even hide an earlier failure); a route that vanished
+  between listing and deleting (``ESRCH``) is not a failure.
+* Only IPv4/IPv6 routes are considered (upstream's ``FAMILY_ALL`` would also hit MPLS routes).
 
 Kept as upstream: cached routes without ``dst`` are dropped by a deletion of their family's
 pass, errors abort without touching the other attachments, and a 0.1.0/0.2.0 result without
@@ -29,8 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import math
 import socket
-from typing import Any
+from decimal import Decimal
+from typing import Any, NamedTuple
 
 from cni_shim import _gonet, gojson
 from cni_shim.errors import DECODING_FAILURE, INTERNAL, IO_FAILURE, CNIError
@@ -38,7 +42,25 @@ from cni_shim.versions import parse_version
 from multusd.cni import cache, gofmt, rtnetlink
 from multusd.cni.netns import run_in_netns
 from multusd.fsutil import atomic_write
-from multusd.networks.gateways import RouteActions
+
+
+class RouteActions(NamedTuple):
+    """What one delegate's ADD is followed by.
+
+    ``add`` holds the requested gateways in Go's ``net.IP.String()`` form (IPv4 dotted even
+    when written v4-mapped), empty when nothing is to be added.
+    """
+
+    delete_v4: bool
+    delete_v6: bool
+    add: tuple[str, ...]
+
+    @property
+    def any(self) -> bool:
+        return self.delete_v4 or self.delete_v6 or bool(self.add)
+
+
+NO_ACTIONS = RouteActions(delete_v4=False, delete_v6=False, add=())
 
 DELETE_PREFIX = "error deleting default gateway: "
 SET_PREFIX = "error setting default gateway: "
@@ -59,11 +81,13 @@ class _Failure(Exception):
 
 
 def _errno_text(exc: OSError) -> str:
+    if exc.errno is None:  # a socket timeout
+        return "netlink: no answer from the kernel"
     return gofmt.errno_text(exc.errno)
 
 
 def _delete_defaults(sock: rtnetlink.RouteSocket, oif: int, actions: RouteActions) -> None:
-    families = set()
+    families: set[int] = set()
     if actions.delete_v4:
         families.add(socket.AF_INET)
     if actions.delete_v6:
@@ -107,8 +131,13 @@ def _apply_here(ifname: str, actions: RouteActions) -> None:
         oif: int | None = socket.if_nametoindex(ifname)
     except OSError:
         oif = None
-    with rtnetlink.RouteSocket() as sock:
-        if (actions.delete_v4 or actions.delete_v6) and oif is not None:
+    deleting = actions.delete_v4 or actions.delete_v6
+    try:
+        sock = rtnetlink.RouteSocket()
+    except OSError as exc:
+        raise _Failure(not deleting, _errno_text(exc)) from exc
+    with sock:
+        if deleting and oif is not None:
             try:
                 _delete_defaults(sock, oif, actions)
             except OSError as exc:  # the dump itself failed
@@ -162,19 +191,25 @@ def _bad(text: str) -> _CacheFailure:
 
 
 def _go_float(value: float) -> str:
-    """Go's ``%v`` of a ``float64``: shortest digits, exponent form below 1e-4 or from 1e21."""
-    text = repr(value)
-    if "e" not in text and "inf" not in text and "nan" not in text:
-        mantissa = text.removesuffix(".0")
-        digits = mantissa.lstrip("-").replace(".", "").lstrip("0")
-        exponent = len(mantissa.lstrip("-").split(".")[0]) - 1 if abs(value) >= 1 else None
-        if exponent is None or exponent < 21:
-            if abs(value) >= 1e-4 or value == 0:
-                return mantissa
-        del digits
-    mant, _, exp = f"{value:e}".partition("e")
-    shortest = repr(float(mant)).removesuffix(".0")
-    return f"{shortest}e{int(exp):+03d}"
+    """Go's ``%v`` of a ``float64`` (``strconv`` 'g', shortest): exponent form below 1e-4
+    and from 1e6 on, with at least two exponent digits."""
+    if value == 0:
+        return "0"
+    if not math.isfinite(value):
+        return {"nan": "NaN", "inf": "+Inf", "-inf": "-Inf"}[repr(value)]
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text = "".join(map(str, digits))
+    point = len(digits) + exponent  # position of the decimal point in ``text``
+    minus = "-" if sign else ""
+    if point - 1 < -4 or point - 1 >= 6:
+        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+        return f"{minus}{mantissa}e{point - 1:+03d}"
+    if point <= 0:
+        return f"{minus}0.{'0' * -point}{text}"
+    if point >= len(text):
+        return minus + text + "0" * (point - len(text))
+    return f"{minus}{text[:point]}.{text[point:]}"
 
 
 def go_value(value: Any) -> str:
@@ -183,10 +218,8 @@ def go_value(value: Any) -> str:
         return "<nil>"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value) if abs(value) < 10**21 else _go_float(float(value))
-    if isinstance(value, float):
-        return _go_float(value)
+    if isinstance(value, int | float):  # every JSON number was a float64 in Go
+        return _go_float(float(value))
     if isinstance(value, list):
         return "[" + " ".join(go_value(v) for v in value) + "]"
     if isinstance(value, dict):

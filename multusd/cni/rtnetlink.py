@@ -38,12 +38,15 @@ RTN_UNICAST = 1
 RTM_F_CLONED = 0x200
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, proto, scope, type, flags
+_RTMSG = struct.Struct(
+    "=BBBBBBBBI"
+)  # family, dst_len, src_len, tos, table, proto, scope, type, flags
 _RTATTR = struct.Struct("=HH")  # len, type
 _ERRNO = struct.Struct("=i")
 _U32 = struct.Struct("=I")
 _RECV_SIZE = 1 << 16
 _DUMP_ATTEMPTS = 5
+_TIMEOUT = 10.0
 
 
 def _align(length: int) -> int:
@@ -97,6 +100,9 @@ class RouteSocket:
 
     def __init__(self) -> None:
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
+        # The kernel always answers; the timeout only keeps a broken namespace from pinning
+        # the request (and its thread) forever.
+        self._sock.settimeout(_TIMEOUT)
         self._sock.bind((0, 0))
         self._seq = 0
 
@@ -147,8 +153,8 @@ class RouteSocket:
                 continue
             if kind != RTM_NEWROUTE or len(payload) < _RTMSG.size:
                 continue
-            family, dst_len, _src, _tos, table, _proto, _scope, _type, rflags = (
-                _RTMSG.unpack_from(payload)
+            family, dst_len, _src, _tos, table, _proto, _scope, _type, rflags = _RTMSG.unpack_from(
+                payload
             )
             routes.append(
                 Route(family, dst_len, table, rflags, _attrs(payload, _RTMSG.size), payload)

@@ -10,32 +10,13 @@ libcni result cache is :mod:`multusd.cni.routes`.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import NamedTuple
 
 from cni_shim import _gonet
 from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
+from multusd.cni.routes import RouteActions
 from multusd.networks.delegates import Delegate
 
 ECMP_ERROR = "multus does not support ECMP for default-route"
-
-
-class RouteActions(NamedTuple):
-    """What one delegate's ADD is followed by.
-
-    ``add`` holds the requested gateways in Go's ``net.IP.String()`` form (IPv4 dotted even
-    when written v4-mapped), empty when nothing is to be added.
-    """
-
-    delete_v4: bool
-    delete_v6: bool
-    add: tuple[str, ...]
-
-    @property
-    def any(self) -> bool:
-        return self.delete_v4 or self.delete_v6 or bool(self.add)
-
-
-NO_ACTIONS = RouteActions(delete_v4=False, delete_v6=False, add=())
 
 
 def _parse(gateway: str) -> bytes:
