@@ -30,7 +30,9 @@ from multusd.errors import EXIT_SERVER, StartupError
 from multusd.k8s.client import ClientSettings, ClusterConfig
 from multusd.k8s.cluster import Cluster, running_cluster
 from multusd.k8s.kubeconfig import load_cluster_config
+from multusd.k8s.nads import NadLookup
 from multusd.k8s.pods import PodLookup, PodLookupSettings
+from multusd.networks.podnetworks import KubeNetworks
 from multusd.server.app import build_app
 from multusd.server.concurrency import RequestGate
 from multusd.server.handlers import DaemonState, Handlers
@@ -134,7 +136,7 @@ async def serving(
     cluster: Cluster | None,
 ) -> AsyncIterator[web.AppRunner]:  # fmt: skip
     """Serve ``/cni`` on the bound socket until the context exits."""
-    pods = events = None
+    pods = events = networks = None
     if cluster is not None:
         pods = PodLookup(
             cluster.client,
@@ -142,11 +144,16 @@ async def serving(
             PodLookupSettings(live_get_timeout=config.pod_get_timeout),
         )
         events = cluster.events
+        networks = KubeNetworks(
+            nads=NadLookup(cluster.client, cluster.nads, get_timeout=config.pod_get_timeout),
+            events=events,
+        )
     services = Services(
         executor=SubprocessExecutor(chroot_dir=config.chroot_dir or None),
         plugin_timeout=config.plugin_timeout,
         pods=pods,
         events=events,
+        networks=networks,
     )
     handlers = Handlers(
         services=services,

@@ -14,6 +14,7 @@ from cni_shim import results
 from cni_shim.errors import CNIError
 from multusd.cni.api import RuntimeConf
 from multusd.cni.args import K8sArgs, parse_k8s_args
+from multusd.cni.routes import apply_default_routes, rewrite_cached_routes
 from multusd.commands import scratch
 from multusd.commands.context import CmdArgs, Services
 from multusd.commands.delegate import (
@@ -25,9 +26,10 @@ from multusd.commands.delegate import (
 from multusd.k8s.events import added_interface_message
 from multusd.k8s.pods import PodLookup
 from multusd.networks.delegates import Delegate
+from multusd.networks.gateways import route_actions
 from multusd.networks.netconf import NetConf, load_netconf
 from multusd.networks.netstatus import annotation_value, statuses_for
-from multusd.networks.resolve import resolve_delegates
+from multusd.networks.resolve import add_pod_delegates, resolve_delegates
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,43 @@ async def _rollback(
             await delegate_del(cni, delegate, rt)
         except CNIError as exc:
             log.warning("[%s] rollback of %s failed: %s", cmd.request_id, delegate.name, exc)
+
+
+async def _delegates(
+    netconf: NetConf, pod: dict[str, Any] | None, services: Services, pod_label: str
+) -> list[Delegate]:
+    """Resolve, with upstream's two error prefixes: one for the cluster/default networks, one
+    for the pod's own networks (annotations)."""
+    try:
+        delegates = await resolve_delegates(netconf, pod, services.networks)
+    except CNIError as exc:
+        raise exc.with_prefix(
+            f"Multus: [{pod_label}]: failed to get clusterNetwork/defaultNetworks: "
+        ) from exc
+    try:
+        return await add_pod_delegates(netconf, pod, services.networks, delegates)
+    except CNIError as exc:
+        raise exc.with_prefix(
+            f"Multus: [{pod_label}]: error loading k8s delegates k8s args: "
+        ) from exc
+
+
+async def _default_routes(
+    cmd: CmdArgs, netconf: NetConf, pod_label: str, delegate: Delegate, ifname: str
+) -> None:
+    """Move the default route as the pod's ``default-route`` requests asked (§6.9.6): in the
+    pod's namespace, then in the libcni result cache. Errors fail the ADD without rollback,
+    as upstream."""
+    actions = route_actions(delegate)
+    if not actions.any:
+        return
+    try:
+        await apply_default_routes(cmd.netns, ifname, actions)
+        await rewrite_cached_routes(
+            netconf.cni_dir, delegate.network_name, cmd.container_id, ifname, actions
+        )
+    except CNIError as exc:
+        raise exc.with_prefix(f"Multus: [{pod_label}]: ") from exc
 
 
 class _CacheNotSaved(CNIError):
@@ -99,12 +138,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
             log.warning("[%s] pod %s not found: returning an empty result", cmd.request_id,
                         pod_label)  # fmt: skip
             return results.empty_result(netconf.cni_version, cmd.ifname, cmd.netns)
-    try:
-        delegates = await resolve_delegates(netconf)
-    except CNIError as exc:
-        raise exc.with_prefix(
-            f"Multus: [{pod_label}]: failed to get clusterNetwork/defaultNetworks: "
-        ) from exc
+    delegates = await _delegates(netconf, pod, services, pod_label)
 
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
@@ -128,6 +162,8 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
             ) from exc
         latest = results.convert(result, results.LATEST)
         found.append(latest)
+        if results.has_interfaces_or_ips(latest):
+            await _default_routes(cmd, netconf, pod_label, delegate, rt.ifname)
         log.debug("[%s] added %s as %s", cmd.request_id, delegate.name, rt.ifname)
         if (
             services.events is not None

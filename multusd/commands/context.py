@@ -16,6 +16,7 @@ from multusd.cni.invoke import PluginExecutor
 from multusd.k8s.events import EventRecorder
 from multusd.k8s.pods import PodLookup
 from multusd.networks.netconf import NetConf
+from multusd.networks.podnetworks import KubeNetworks
 
 _request_ids = itertools.count(1)
 
@@ -56,6 +57,8 @@ class Services:
     """Kubernetes pod reads and status writes; ``None`` in the no-Kubernetes mode."""
     events: EventRecorder | None = None
     """Kubernetes events, posted in the background; ``None`` in the no-Kubernetes mode."""
+    networks: KubeNetworks | None = None
+    """NAD lookups and device maps for pod networks; ``None`` in the no-Kubernetes mode."""
 
     def cni_for(self, netconf: NetConf) -> CNI:
         """A libcni handle for this request: ``binDir`` first, then the daemon's ``CNI_PATH``.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
+from typing import Any
 
 from cni_shim import gojson
 from cni_shim.errors import INTERNAL, CNIError
@@ -20,7 +21,8 @@ from multusd.commands.delegate import (
     runtime_for,
 )
 from multusd.networks.delegates import Delegate, delegate_from_bytes
-from multusd.networks.netconf import load_netconf
+from multusd.networks.netconf import NetConf, load_netconf
+from multusd.networks.resolve import add_pod_delegates, resolve_delegates
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +40,32 @@ def _backfill_version(delegate: Delegate, version: str) -> Delegate:
     return replace(delegate, raw=patched.raw, conf=patched.conf)
 
 
+async def _rebuild(
+    cmd: CmdArgs, netconf: NetConf, pod: dict[str, Any], services: Services
+) -> list[Delegate]:
+    """No delegate cache (lost, or an older daemon's): rebuild the list as an ADD would
+    (§7.1 step 6), without device allocation. A cluster-network failure fails the DEL; a
+    pod-network failure only when nothing at all could be rebuilt."""
+    kube = replace(services.networks, devices=None) if services.networks is not None else None
+    delegates = await resolve_delegates(netconf, pod, kube)
+    try:
+        return await add_pod_delegates(netconf, pod, kube, delegates)
+    except CNIError as exc:
+        if not delegates:
+            raise
+        log.warning("[%s] Multus: rebuilding the pod's networks for DEL: %s", cmd.request_id, exc)
+        return delegates
+
+
 async def delete(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
     k8s = k8s_args_of(cmd)
+    pod: dict[str, Any] | None = None
     if services.pods is not None:
         try:
-            await services.pods.get_pod(k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=True)
+            pod = await services.pods.get_pod(
+                k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=True
+            )
         except CNIError as exc:
             log.warning("[%s] Multus: GetPod failed: %s, but continue to delete", cmd.request_id,
                         exc)  # fmt: skip
@@ -52,6 +74,9 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
     except scratch.CorruptCache as exc:
         log.error("[%s] Multus: %s; nothing deleted", cmd.request_id, exc)
         return
+    from_cache = delegates is not None
+    if delegates is None and pod is not None:
+        delegates = await _rebuild(cmd, netconf, pod, services)
     if delegates is None:
         log.warning(
             "[%s] Multus: failed to get the cached delegates file for %s, cannot properly delete",
@@ -72,7 +97,11 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
             errors.append(exc)
 
     joined = " / ".join(str(e) for e in errors)
-    if not netconf.retry_delete_on_error or not errors or "no such file or directory" in joined:
+    # retryDeleteOnError keeps the cache for the runtime's next DEL, except after the one error
+    # upstream singles out by its text (a plugin whose state is already gone).
+    if from_cache and (
+        not netconf.retry_delete_on_error or not errors or "no such file or directory" in joined
+    ):
         await scratch.remove(netconf.cni_dir, cmd.container_id)
     if errors:
         code = errors[0].code if len(errors) == 1 else INTERNAL

@@ -38,7 +38,7 @@ def runtime_attachments(config: bytes) -> list[tuple[str, str]] | None:
 
 async def gc(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
-    netlist = await cluster_network_list(netconf)
+    netlist = await cluster_network_list(netconf, services.networks)
     valid = runtime_attachments(cmd.config)
     if valid is None:
         try:

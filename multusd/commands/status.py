@@ -14,5 +14,5 @@ from multusd.networks.resolve import cluster_network_list
 
 async def status(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
-    netlist = await cluster_network_list(netconf)
+    netlist = await cluster_network_list(netconf, services.networks)
     await services.cni_for(netconf).get_status_network_list(netlist)

@@ -127,6 +127,27 @@ def with_cni_args(delegate: Delegate, cni_args: dict[str, Any]) -> Delegate:
     return replace(delegate, raw=rebuilt.raw, conf=rebuilt.conf, plugins=rebuilt.plugins)
 
 
+def with_device(delegate: Delegate, device_id: str, resource_name: str) -> Delegate:
+    """Upstream injects the allocated device as ``deviceID`` and ``pciBusID`` (every plugin of a
+    conflist), re-encoded with sorted keys, and remembers it for the runtime config."""
+    conf = _decode_object(delegate.raw, "deviceID")
+    if delegate.is_conflist:
+        conf["plugins"] = [
+            {**p, "deviceID": device_id, "pciBusID": device_id} for p in conf.get("plugins") or []
+        ]
+    else:
+        conf = {**conf, "deviceID": device_id, "pciBusID": device_id}
+    rebuilt = delegate_from_bytes(gojson.dumps(conf, sort_keys=True).encode())
+    return replace(
+        delegate,
+        raw=rebuilt.raw,
+        conf=rebuilt.conf,
+        plugins=rebuilt.plugins,
+        device_id=device_id,
+        resource_name=resource_name,
+    )
+
+
 def _subdirectory_plugins(config_dir: Path, list_name: str) -> list[bytes]:
     """libcni's subdirectory plugin loading: ``<dir>/<list name>/*.conf``, sorted."""
     if not _CHAIN_NAME.match(list_name):

@@ -8,6 +8,7 @@ Without Kubernetes only the first part exists: ``clusterNetwork`` from disk, or 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from cni_shim import gojson
 from cni_shim.errors import CNIError
@@ -19,6 +20,7 @@ from multusd.cni.conf import (
 )
 from multusd.networks.delegates import Delegate, delegate_from_bytes, resolve_on_disk
 from multusd.networks.netconf import NetConf
+from multusd.networks.podnetworks import KubeNetworks, cluster_delegates, with_pod_delegates
 
 
 def inline_delegates(netconf: NetConf) -> list[Delegate]:
@@ -52,20 +54,43 @@ async def cluster_network(netconf: NetConf) -> Delegate:
     return found.as_master()
 
 
-async def resolve_delegates(netconf: NetConf) -> list[Delegate]:
+async def resolve_delegates(
+    netconf: NetConf, pod: dict[str, Any] | None = None, kube: KubeNetworks | None = None
+) -> list[Delegate]:
+    """The cluster network (or the inline delegates) and, with Kubernetes, ``defaultNetworks``.
+
+    The pod's own networks come on top through :func:`add_pod_delegates`; upstream words the
+    errors of the two steps differently, so callers keep them apart.
+    """
     if not netconf.cluster_network:
-        return await asyncio.to_thread(inline_delegates, netconf)
+        return inline_delegates(netconf)
+    if kube is not None:
+        return await cluster_delegates(netconf, pod, kube)
     return [await cluster_network(netconf)]
 
 
-async def cluster_network_list(netconf: NetConf) -> NetworkConfigList:
+async def add_pod_delegates(
+    netconf: NetConf,
+    pod: dict[str, Any] | None,
+    kube: KubeNetworks | None,
+    delegates: list[Delegate],
+) -> list[Delegate]:
+    """The pod's default-network override and network selections (Kubernetes mode only)."""
+    if kube is None or pod is None:
+        return delegates
+    return await with_pod_delegates(netconf, pod, kube, delegates)
+
+
+async def cluster_network_list(
+    netconf: NetConf, kube: KubeNetworks | None = None
+) -> NetworkConfigList:
     """The cluster network as a conflist, for the node-level verbs (GC and STATUS, §7.3–7.4).
 
     A single-plugin config becomes a one-plugin list, as libcni does; libcni then applies its
     1.1.0 gate to the list, which skips old plugins as upstream's single-plugin path does.
     """
     try:
-        first = (await resolve_delegates(netconf))[0]
+        first = (await resolve_delegates(netconf, None, kube))[0]
     except CNIError as exc:
         raise exc.with_prefix("Multus: failed to get clusterNetwork: ") from exc
     if first.is_conflist:

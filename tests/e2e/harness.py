@@ -124,8 +124,10 @@ class Daemon:
             return resp.status, await resp.read()
 
     async def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
-        if self.proc is None or self.proc.returncode is not None:
-            return self.proc.returncode if self.proc else 0
+        if self.proc is None:
+            return 0
+        if self.proc.returncode is not None:
+            return self.proc.returncode
         self.proc.send_signal(sig)
         try:
             async with asyncio.timeout(timeout):

@@ -1,0 +1,274 @@
+"""Multus semantics end to end: NADs and the pod's annotations, through the real shim and
+daemon, against the API emulator, with real plugins (bridge, macvlan on a veth parent,
+host-local, static, tuning) in real namespaces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from multusd.kubesim import KubeSim
+from tests.e2e.conftest import bridge_plugin, pod_env, shim_config
+from tests.e2e.harness import Daemon, addresses, ip, run_shim, short_id
+
+StartDaemon = Callable[..., Awaitable[Daemon]]
+MakeNetns = Callable[[], Awaitable[str]]
+NODE = "node-nets"
+STATUS = "k8s.v1.cni.cncf.io/network-status"
+NETWORKS = "k8s.v1.cni.cncf.io/networks"
+NAD_API = "k8s.cni.cncf.io/v1"
+
+
+@pytest_asyncio.fixture
+async def kubesim() -> AsyncIterator[KubeSim]:
+    async with KubeSim() as sim:
+        yield sim
+
+
+@pytest_asyncio.fixture
+async def parent() -> AsyncIterator[str]:
+    """A veth in the root namespace to hang macvlans off (this kernel has no dummy links)."""
+    name = f"mtp{short_id()[:6]}"
+    await ip("link", "add", name, "type", "veth", "peer", "name", f"{name}x")
+    await ip("link", "set", name, "up")
+    await ip("link", "set", f"{name}x", "up")
+    yield name
+    await ip("link", "del", name, check=False)
+
+
+def _nad(name: str, config: dict[str, Any] | None, namespace: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": NAD_API,
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"config": json.dumps(config)} if config is not None else {},
+    }
+
+
+def _pod(kubesim: KubeSim, name: str, namespace: str = "default", **annotations: str) -> str:
+    pod = kubesim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
+        }
+    )
+    return str(pod["metadata"]["uid"])
+
+
+def _env(netns_name: str, pod: str, uid: str, namespace: str = "default") -> dict[str, str]:
+    env = pod_env(netns_name, pod=pod)
+    env["CNI_ARGS"] = (
+        f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};"
+        f"K8S_POD_INFRA_CONTAINER_ID={env['CNI_CONTAINERID']};K8S_POD_UID={uid}"
+    )
+    return env
+
+
+@pytest_asyncio.fixture
+async def nets(kubesim: KubeSim, workdir: Path, parent: str, bridge_name: str) -> dict[str, str]:
+    """NADs: a bridge (with tuning for MACs) and a macvlan with static IPs."""
+    second_bridge = f"{bridge_name}b"[:15]
+    bridge = {
+        "cniVersion": "1.0.0",
+        "plugins": [
+            bridge_plugin(second_bridge, workdir, subnet="10.251.20.0/24"),
+            {"type": "tuning", "capabilities": {"mac": True}},
+        ],
+    }
+    macvlan = {
+        "cniVersion": "1.0.0",
+        "type": "macvlan",
+        "master": parent,
+        "mode": "bridge",
+        "capabilities": {"ips": True, "mac": True},
+        "ipam": {"type": "static"},
+    }
+    kubesim.create(_nad("bridge-net", bridge))
+    kubesim.create(_nad("macvlan-net", macvlan))
+    kubesim.create(_nad("broken-net", {"cniVersion": "1.0.0", "type": "no-such-plugin"}))
+    kubesim.create(_nad("bridge-net", bridge, namespace="kube-system"))
+    yield {"bridge": second_bridge}
+    await ip("link", "del", second_bridge, check=False)
+
+
+async def _daemon(
+    start_daemon: StartDaemon, kubesim: KubeSim, workdir: Path, conflist: Path, **extra: Any
+) -> Daemon:
+    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
+    return await start_daemon(
+        env={"MULTUS_NODE_NAME": NODE},
+        kubeconfig=str(kubeconfig),
+        clusterNetwork=str(conflist),
+        **extra,
+    )
+
+
+def _status(kubesim: KubeSim, pod: str, namespace: str = "default") -> list[dict[str, Any]]:
+    obj = kubesim.get("pods", namespace, pod)
+    return list(json.loads(obj["metadata"]["annotations"][STATUS]))
+
+
+async def test_text_annotation_with_interface_names(
+    start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
+    shim_path: Path, workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    uid = _pod(kubesim, "web", **{NETWORKS: "bridge-net@blue, default/bridge-net"})
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    env = _env(name, "web", uid)
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    addrs = await addresses(name)
+    assert set(addrs) == {"lo", "eth0", "blue", "net2"}
+    assert addrs["blue"][0].startswith("10.251.20.")
+    statuses = _status(kubesim, "web")
+    assert [(s["name"], s["interface"]) for s in statuses] == [
+        ("testnet", "eth0"), ("default/bridge-net", "blue"), ("default/bridge-net", "net2"),
+    ]  # fmt: skip
+    assert statuses[0]["default"] is True and "default" not in statuses[1]
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
+    assert deleted.returncode == 0
+    assert set(await addresses(name)) == {"lo"}
+
+
+async def test_json_annotation_ips_mac_and_default_route(
+    start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
+    shim_path: Path, workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    selection = [
+        {
+            "name": "macvlan-net",
+            "interface": "mv1",
+            "ips": ["10.251.30.7/24"],
+            "mac": "0a:58:0a:fb:1e:07",
+            "default-route": ["10.251.30.1"],
+        }
+    ]
+    uid = _pod(kubesim, "db", **{NETWORKS: json.dumps(selection)})
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    env = _env(name, "db", uid)
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    assert "10.251.30.7/24" in (await addresses(name))["mv1"]
+    link = json.loads(await ip("-n", name, "-j", "link", "show", "mv1"))[0]
+    assert link["address"] == "0a:58:0a:fb:1e:07"
+    routes = json.loads(await ip("-n", name, "-j", "route", "show", "default"))
+    assert [(r["gateway"], r["dev"]) for r in routes] == [("10.251.30.1", "mv1")]
+    macvlan = _status(kubesim, "db")[1]
+    assert macvlan["name"] == "default/macvlan-net"
+    assert macvlan["ips"] == ["10.251.30.7"] and macvlan["mac"] == "0a:58:0a:fb:1e:07"
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+    assert set(await addresses(name)) == {"lo"}
+
+
+async def test_default_network_annotation_replaces_the_cluster_network(
+    start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
+    shim_path: Path, workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    uid = _pod(kubesim, "alt", **{"v1.multus-cni.io/default-network": "bridge-net"})
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    env = _env(name, "alt", uid)
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    assert (await addresses(name))["eth0"][0].startswith("10.251.20.")
+    (status,) = _status(kubesim, "alt")
+    assert (status["name"], status["default"]) == ("kube-system/bridge-net", True)
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("annotation", "message"),
+    [
+        (
+            "nope",
+            "cannot find a network-attachment-definition (nope) in namespace (default): "
+            'networkattachmentdefinition.k8s.cni.cncf.io "nope" not found',
+        ),
+        ("a/b/c", "parsePodNetworkObjectName: Invalid network object (failed at '/')"),
+        ("other/bridge-net", "namespace isolation enabled, annotation violates permission"),
+    ],
+)
+async def test_annotation_errors(
+    annotation: str, message: str,
+    start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
+    shim_path: Path, workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    uid = _pod(kubesim, "bad", **{NETWORKS: annotation})
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file, namespaceIsolation=True)
+    name = await netns()
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=_env(name, "bad", uid))
+    assert added.returncode == 1
+    error = added.json()
+    assert "error loading k8s delegates k8s args" in error["msg"]
+    assert message in error["msg"]
+    assert set(await addresses(name)) == {"lo"}
+
+
+async def test_missing_nad_records_a_warning_event(
+    start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
+    shim_path: Path, workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    uid = _pod(kubesim, "lost", **{NETWORKS: "nope"})
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    assert (
+        await run_shim(shim_path, "ADD", shim_config(daemon), env=_env(name, "lost", uid))
+    ).returncode == 1
+    async with asyncio.timeout(10):
+        while kubesim.stats.count("create", "events") < 1:
+            await asyncio.sleep(0.05)
+
+
+async def test_failing_second_network_rolls_back_the_first(
+    start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
+    shim_path: Path, workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    uid = _pod(kubesim, "half", **{NETWORKS: "bridge-net,broken-net"})
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    env = _env(name, "half", uid)
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 1
+    assert 'error adding container to network "broken-net"' in added.json()["msg"]
+    assert set(await addresses(name)) == {"lo"}
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+
+
+async def test_del_after_the_pod_is_gone_and_after_a_restart(
+    start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
+    shim_path: Path, workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    uid = _pod(kubesim, "gone", **{NETWORKS: "bridge-net"})
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    env = _env(name, "gone", uid)
+    assert (await run_shim(shim_path, "ADD", shim_config(daemon), env=env)).returncode == 0
+    kubesim.delete("pods", "default", "gone")
+    assert await daemon.stop() == 0
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+    assert set(await addresses(name)) == {"lo"}
+
+
+async def test_del_without_a_cache_rebuilds_from_the_pod(
+    start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
+    shim_path: Path, workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    uid = _pod(kubesim, "nocache", **{NETWORKS: "bridge-net"})
+    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    name = await netns()
+    env = _env(name, "nocache", uid)
+    assert (await run_shim(shim_path, "ADD", shim_config(daemon), env=env)).returncode == 0
+    (daemon.cni_dir / env["CNI_CONTAINERID"]).unlink()  # an older daemon's node, say
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+    assert set(await addresses(name)) == {"lo"}
