@@ -29,6 +29,7 @@ from multusd.config.daemon import DaemonConfig
 from multusd.errors import EXIT_SERVER, StartupError
 from multusd.k8s.client import ClientSettings, ClusterConfig
 from multusd.k8s.cluster import Cluster, running_cluster
+from multusd.k8s.devices import device_map_for_pod_object
 from multusd.k8s.kubeconfig import load_cluster_config
 from multusd.k8s.nads import NadLookup
 from multusd.k8s.pods import PodLookup, PodLookupSettings
@@ -147,6 +148,7 @@ async def serving(
         networks = KubeNetworks(
             nads=NadLookup(cluster.client, cluster.nads, get_timeout=config.pod_get_timeout),
             events=events,
+            devices=device_map_for_pod_object,
         )
     services = Services(
         executor=SubprocessExecutor(chroot_dir=config.chroot_dir or None),

@@ -21,8 +21,10 @@ from multusd.commands.delegate import (
     check_ifname,
     delegate_add,
     delegate_del,
+    device_info_path,
     runtime_for,
 )
+from multusd.k8s.devices import copy_device_plugin_info, load_device_info
 from multusd.k8s.events import added_interface_message
 from multusd.k8s.pods import PodLookup
 from multusd.networks.delegates import Delegate
@@ -143,6 +145,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
     found: list[dict[str, Any]] = []
+    ifnames: list[str] = []
     for index, delegate in enumerate(delegates):
         try:
             rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args, legacy=True)
@@ -150,6 +153,11 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
                 # The cache must be on disk before any delegate runs; checking the first
                 # interface name in the pod meanwhile takes that write off the critical path.
                 await _save_and_check(netconf, cmd, pod_label, delegates, rt)
+            if delegate.resource_name and delegate.device_id:
+                await copy_device_plugin_info(
+                    delegate.resource_name, delegate.device_id, delegate.name,
+                    cmd.container_id, rt.ifname,
+                )  # fmt: skip
             result = await delegate_add(cni, delegate, rt, ifname_checked=index == 0)
         except CNIError as exc:
             if isinstance(exc, _CacheNotSaved):
@@ -162,6 +170,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
             ) from exc
         latest = results.convert(result, results.LATEST)
         found.append(latest)
+        ifnames.append(rt.ifname)
         if results.has_interfaces_or_ips(latest):
             await _default_routes(cmd, netconf, pod_label, delegate, rt.ifname)
         log.debug("[%s] added %s as %s", cmd.request_id, delegate.name, rt.ifname)
@@ -174,18 +183,21 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
             message = added_interface_message(rt.ifname, ips, delegate.name)
             services.events.record(pod, "Normal", "AddedInterface", message)
     if services.pods is not None:
-        await _write_network_status(services.pods, k8s, delegates, found)
+        attached = list(zip(delegates, found, ifnames, strict=True))
+        await _write_network_status(services.pods, cmd, k8s, attached)
     return _master_result(delegates, found)
 
 
 async def _write_network_status(
-    pods: PodLookup, k8s: K8sArgs, delegates: list[Delegate], found: list[dict[str, Any]]
+    pods: PodLookup, cmd: CmdArgs, k8s: K8sArgs, attached: list[tuple[Delegate, Any, str]]
 ) -> None:
-    statuses = [
-        entry
-        for delegate, result in zip(delegates, found, strict=True)
-        for entry in statuses_for(result, delegate.name, delegate.master)
-    ]
+    """One entry list for every attached delegate (with its device info), one PATCH."""
+    statuses = []
+    for delegate, result, ifname in attached:
+        info = None
+        if delegate.device_id:
+            info = await load_device_info(device_info_path(cmd, delegate, ifname))
+        statuses += statuses_for(result, delegate.name, delegate.master, info)
     try:
         await pods.set_network_status(k8s.pod_namespace, k8s.pod_name, annotation_value(statuses))
     except CNIError as exc:

@@ -23,6 +23,7 @@ from multusd.cni.conf import (
 )
 from multusd.cni.netns import validate_ifname
 from multusd.commands.context import CmdArgs
+from multusd.k8s.devices import device_info_file_path
 from multusd.networks.delegates import Delegate
 from multusd.networks.netconf import NetConf
 
@@ -151,14 +152,27 @@ def runtime_for(
     env_args: str = "",
     legacy: bool = False,
 ) -> RuntimeConf:
-    """The libcni runtime conf of the delegate at ``index`` for this request (§6.9.1–6.9.2)."""
+    """The libcni runtime conf of the delegate at ``index`` for this request (§6.9.1–6.9.2).
+
+    With a device ID, plugins that declare ``CNIDeviceInfoFile`` learn where the device's info
+    file for this attachment lives (see :func:`device_info_path`).
+    """
+    ifname = interface_name(delegate, index, cmd.ifname)
+    capabilities = capability_args(delegate, netconf.runtime_config)
+    if capabilities.get("deviceID"):
+        capabilities["CNIDeviceInfoFile"] = device_info_path(cmd, delegate, ifname)
     return RuntimeConf(
         container_id=cmd.container_id,
         netns=cmd.netns,
-        ifname=interface_name(delegate, index, cmd.ifname),
+        ifname=ifname,
         args=runtime_args(k8s, delegate, env_args=env_args, legacy=legacy),
-        capability_args=capability_args(delegate, netconf.runtime_config),
+        capability_args=capabilities,
     )
+
+
+def device_info_path(cmd: CmdArgs, delegate: Delegate, ifname: str) -> str:
+    """``/var/run/k8s.cni.cncf.io/devinfo/cni/<delegate>-<container>_<ifname>`` (§6.9.2)."""
+    return device_info_file_path(delegate.name, cmd.container_id, ifname)
 
 
 async def check_ifname(delegate: Delegate, rt: RuntimeConf) -> None:

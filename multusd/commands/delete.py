@@ -18,8 +18,10 @@ from multusd.commands.add import k8s_args_of
 from multusd.commands.context import CmdArgs, Services
 from multusd.commands.delegate import (
     delegate_del,
+    device_info_path,
     runtime_for,
 )
+from multusd.k8s.devices import remove_device_info
 from multusd.networks.delegates import Delegate, delegate_from_bytes
 from multusd.networks.netconf import NetConf, load_netconf
 from multusd.networks.resolve import add_pod_delegates, resolve_delegates
@@ -95,6 +97,8 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
             await delegate_del(cni, delegate, rt)
         except CNIError as exc:
             errors.append(exc)
+        if delegate.device_id:
+            await remove_device_info(device_info_path(cmd, delegate, rt.ifname))
 
     joined = " / ".join(str(e) for e in errors)
     # retryDeleteOnError keeps the cache for the runtime's next DEL, except after the one error

@@ -76,7 +76,7 @@ def _entry(
     if default:
         entry["default"] = True
     entry["dns"] = dns
-    if device_info:
+    if device_info is not None:  # Go: a present file always shows, even as {}
         entry["device-info"] = device_info
     if gateways:
         entry["gateway"] = gateways
