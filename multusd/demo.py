@@ -1,9 +1,11 @@
 """``multusd demo``: one pod sandbox wired up exactly as a container runtime would do it.
 
-Starts a daemon with a throw-away config and socket, creates a network namespace, runs the
-installed ``multus-shim`` with the CNI environment a runtime sets (ADD, CHECK, DEL), using the
-real ``bridge`` and ``host-local`` plugins, shows the result and the interfaces inside the
-namespace, then removes everything it created.
+Starts the Kubernetes API emulator with the example NADs and pod from ``manifests/examples/``,
+a daemon connected to it, creates a network namespace and runs the installed ``multus-shim``
+with the CNI environment a runtime sets (ADD, CHECK, DEL): the cluster network on a bridge plus
+the pod's two extra networks (a bridge, and a macvlan with a fixed address), with the real CNI
+plugins. It shows the result, the interfaces inside the namespace and the pod's network-status
+annotation, then removes everything it created.
 """
 
 from __future__ import annotations
@@ -18,8 +20,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 EXIT_UNAVAILABLE = 2
 PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
@@ -66,6 +73,7 @@ def _daemon(config_path: Path, socket_path: str, log_path: Path) -> Iterator[Non
             [sys.executable, "-m", "multusd", "--config", str(config_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, "MULTUS_NODE_NAME": NODE},
         )
     try:
         _wait_for_socket(socket_path, daemon)
@@ -88,11 +96,74 @@ def _shim(shim: Path, command: str, env: dict[str, str], config: bytes) -> str:
     return out
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "manifests" / "examples"
+NODE = "demo-node"
+
+
+@contextlib.contextmanager
+def _kubesim(workdir: Path) -> Iterator[str]:
+    """The API emulator as a subprocess; yields its base URL (plain http on loopback)."""
+    kubeconfig = workdir / "kubeconfig"
+    with (workdir / "kubesim.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "multusd", "kubesim", "serve", "--port", "0",
+             "--kubeconfig-out", str(kubeconfig)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not kubeconfig.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the API emulator did not start")
+            time.sleep(0.05)
+        config = yaml.safe_load(kubeconfig.read_text())
+        yield str(config["clusters"][0]["cluster"]["server"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _api(server: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        server + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _example(name: str) -> dict[str, Any]:
+    path = EXAMPLES / name
+    if not path.exists():
+        raise RuntimeError(f"{path} is missing: run the demo from a checkout of the repository")
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+def _seed(server: str, parent: str) -> str:
+    """The example NADs and pod (the macvlan on our veth, the pod on our node); the pod's UID."""
+    nads = "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions"
+    _api(server, "POST", nads, _example("bridge-nad.yaml"))
+    macvlan = _example("macvlan-nad.yaml")
+    config = json.loads(macvlan["spec"]["config"])
+    config["master"] = parent
+    macvlan["spec"]["config"] = json.dumps(config)
+    _api(server, "POST", nads, macvlan)
+    pod = _example("pod.yaml")
+    pod["spec"]["nodeName"] = NODE
+    created = _api(server, "POST", "/api/v1/namespaces/default/pods", pod)
+    return str(created["metadata"]["uid"])
+
+
 def run_demo(workdir: Path, plugin_dir: str) -> None:
     from multusd.shim_install import install_shim
 
     tag = f"{os.getpid() % 100000}"
-    bridge = f"mdemo{tag}"
+    bridge, parent = f"mdemo{tag}", f"mdemo{tag}p"
     netns_name = f"multusd-demo-{tag}"
     run_dir, conf_dir = workdir / "run", workdir / "net.d"
     conf_dir.mkdir()
@@ -112,26 +183,10 @@ def run_demo(workdir: Path, plugin_dir: str) -> None:
                             "type": "host-local",
                             "dataDir": str(workdir / "ipam"),
                             "ranges": [[{"subnet": SUBNET}]],
-                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "routes": [{"dst": "0.0.0.0/0", "gw": "10.250.77.1"}],
                         },
                     }
                 ],
-            },
-            indent=2,
-        )
-    )
-    daemon_config = workdir / "daemon-config.json"
-    daemon_config.write_text(
-        json.dumps(
-            {
-                "cniVersion": "1.0.0",
-                "multusConfigFile": str(conf_dir / "00-multus.conf"),
-                "socketDir": str(run_dir),
-                "binDir": plugin_dir,
-                "cniDir": str(workdir / "cache"),
-                "clusterNetwork": str(cluster),
-                "logLevel": "verbose",
-                "logToStderr": True,
             },
             indent=2,
         )
@@ -149,38 +204,91 @@ def run_demo(workdir: Path, plugin_dir: str) -> None:
     (conf_dir / "00-multus.conf").write_bytes(shim_config)
 
     _say(f"== multusd demo (workdir {workdir})")
-    with (
-        _daemon(daemon_config, str(run_dir / "multus.sock"), workdir / "daemon.log"),
-        _netns(netns_name) as netns,
-    ):
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "CNI_CONTAINERID": f"demo{tag}",
-            "CNI_NETNS": netns,
-            "CNI_IFNAME": "eth0",
-            "CNI_PATH": str(workdir / "bin"),
-            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=demo-pod;"
-            f"K8S_POD_INFRA_CONTAINER_ID=demo{tag};K8S_POD_UID=demo-uid-{tag}",
-        }
-        try:
-            _say(f"-- ADD: {shim} (pod default/demo-pod, netns {netns})")
-            _say(_shim(shim, "ADD", env, shim_config))
-            _say(f"\n-- interfaces inside {netns_name}:")
-            shown = subprocess.run(
-                ["ip", "-n", netns_name, "-br", "addr"], capture_output=True, text=True, check=False
+    subprocess.run(["ip", "link", "add", parent, "type", "veth", "peer", "name", f"{parent}x"],
+                   check=True)  # fmt: skip
+    try:
+        subprocess.run(["ip", "link", "set", parent, "up"], check=True)
+        with _kubesim(workdir) as server:
+            uid = _seed(server, parent)
+            _say(f"-- API emulator at {server}: NADs bridge-conf and macvlan-conf, pod "
+                 f"default/multus-example on {NODE}")  # fmt: skip
+            daemon_config = workdir / "daemon-config.json"
+            daemon_config.write_text(
+                json.dumps(
+                    {
+                        "cniVersion": "1.0.0",
+                        "multusConfigFile": str(conf_dir / "00-multus.conf"),
+                        "socketDir": str(run_dir),
+                        "binDir": plugin_dir,
+                        "cniDir": str(workdir / "cache"),
+                        "clusterNetwork": str(cluster),
+                        "kubeconfig": str(workdir / "kubeconfig"),
+                        "logLevel": "verbose",
+                        "logToStderr": True,
+                    },
+                    indent=2,
+                )
             )
-            _say(shown.stdout.rstrip())
-            _say("\n-- CHECK")
-            _shim(shim, "CHECK", env, shim_config)
-            _say("ok")
-        finally:
-            _say("\n-- DEL")
-            _shim(shim, "DEL", env, shim_config)
-            _say("ok")
-            subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+            with (
+                _daemon(daemon_config, str(run_dir / "multus.sock"), workdir / "daemon.log"),
+                _netns(netns_name),
+            ):
+                _sandbox(_Pod(shim, shim_config, netns_name, tag, uid, server))
+    finally:
+        for link in (bridge, "mbr-example", parent):
+            subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
     _say("\n-- daemon log:")
     _say((workdir / "daemon.log").read_text().rstrip())
-    _say("\n== done: namespace, bridge, IPAM state and temp files removed")
+    _say("\n== done: namespace, links, IPAM state, emulator and temp files removed")
+
+
+@dataclass(frozen=True)
+class _Pod:
+    """One demo pod sandbox and where its pieces are."""
+
+    shim: Path
+    shim_config: bytes
+    netns_name: str
+    tag: str
+    uid: str
+    server: str
+
+    @property
+    def netns(self) -> str:
+        return f"/var/run/netns/{self.netns_name}"
+
+
+def _sandbox(pod: _Pod) -> None:
+    """ADD, show, CHECK and DEL one pod sandbox, exactly as a container runtime would."""
+    shim, shim_config, netns, netns_name = pod.shim, pod.shim_config, pod.netns, pod.netns_name
+    tag, uid, server = pod.tag, pod.uid, pod.server
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "CNI_CONTAINERID": f"demo{tag}",
+        "CNI_NETNS": netns,
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": "/opt/cni/bin",
+        "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=multus-example;"
+        f"K8S_POD_INFRA_CONTAINER_ID=demo{tag};K8S_POD_UID={uid}",
+    }
+    try:
+        _say(f"-- ADD: {shim} (pod default/multus-example, netns {netns})")
+        _say(_shim(shim, "ADD", env, shim_config))
+        _say(f"\n-- interfaces inside {netns_name}:")
+        shown = subprocess.run(
+            ["ip", "-n", netns_name, "-br", "addr"], capture_output=True, text=True, check=False
+        )
+        _say(shown.stdout.rstrip())
+        stored = _api(server, "GET", "/api/v1/namespaces/default/pods/multus-example")
+        _say("\n-- k8s.v1.cni.cncf.io/network-status on the pod:")
+        _say(stored["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"])
+        _say("\n-- CHECK")
+        _shim(shim, "CHECK", env, shim_config)
+        _say("ok")
+    finally:
+        _say("\n-- DEL")
+        _shim(shim, "DEL", env, shim_config)
+        _say("ok")
 
 
 def main(argv: Sequence[str]) -> int:

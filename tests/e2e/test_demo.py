@@ -25,9 +25,13 @@ async def test_demo_wires_a_namespace_and_cleans_up() -> None:
     assert code == 0, out + err
     assert '"cniVersion": "1.0.0"' in out
     assert "eth0" in out and "10.250.77." in out
+    assert "net1" in out and "10.88.10." in out  # the bridge NAD
+    assert "net2" in out and "10.88.20.10/24" in out  # the macvlan NAD with its requested IP
+    assert '"name": "default/macvlan-conf"' in out  # the network-status annotation
     assert "-- CHECK\nok" in out and "-- DEL\nok" in out
     assert await ip("netns", "list") == namespaces_before
-    assert "mdemo" not in await ip("link")
+    links = await ip("link")
+    assert "mdemo" not in links and "mbr-example" not in links
 
 
 async def test_demo_without_root_exits_2_with_a_clear_message() -> None:
