@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -148,7 +149,11 @@ async def serving(
         networks = KubeNetworks(
             nads=NadLookup(cluster.client, cluster.nads, get_timeout=config.pod_get_timeout),
             events=events,
-            devices=device_map_for_pod_object,
+            devices=functools.partial(
+                device_map_for_pod_object,
+                socket_path=config.kubelet_pod_resources_socket,
+                checkpoint_path=config.device_checkpoint_file,
+            ),
         )
     services = Services(
         executor=SubprocessExecutor(chroot_dir=config.chroot_dir or None),

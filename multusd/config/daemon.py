@@ -111,6 +111,14 @@ class DaemonConfig(NetworkKeys):
     """*multusd*: the API token bucket's burst (upstream's client: 50)."""
     cache_sync_timeout: float = json_field("cacheSyncTimeoutSeconds", 20.0)
     """*multusd*: how long start-up waits for the pod and NAD caches before serving anyway."""
+    kubelet_pod_resources_socket: str = json_field(
+        "kubeletPodResourcesSocket", "/var/lib/kubelet/pod-resources/kubelet.sock"
+    )
+    """*multusd*: the kubelet pod-resources socket (device IDs for ``resourceName`` NADs)."""
+    device_checkpoint_file: str = json_field(
+        "deviceCheckpointFile", "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    )
+    """*multusd*: the device-plugin checkpoint, read when the socket is absent."""
     pod_get_timeout: float = json_field("podGetTimeoutSeconds", 5.0)
     """*multusd*: timeout of the fallback pod GET (upstream: 50 ms, a reported bug)."""
 

@@ -272,3 +272,44 @@ async def test_del_without_a_cache_rebuilds_from_the_pod(
     (daemon.cni_dir / env["CNI_CONTAINERID"]).unlink()  # an older daemon's node, say
     assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
     assert set(await addresses(name)) == {"lo"}
+
+
+async def test_resource_name_nad_gets_its_device(
+    start_daemon: StartDaemon, kubesim: KubeSim, netns: MakeNetns, shim_path: Path,
+    workdir: Path, conflist_file: Path,
+) -> None:  # fmt: skip
+    """A NAD with ``resourceName``: the pod's device (from the device-plugin checkpoint here;
+    the kubelet socket is absent) reaches the plugin as ``deviceID``/``pciBusID``."""
+    bin_dir = workdir / "recbin"
+    bin_dir.mkdir()
+    record = workdir / "stdin.json"
+    plugin = bin_dir / "recorder"
+    plugin.write_text(
+        "#!/usr/bin/python3 -IS\nimport sys, json\n"
+        f"open({str(record)!r}, 'w').write(sys.stdin.read())\n"
+        "print(json.dumps({'cniVersion': '1.0.0'}))\n"
+    )
+    plugin.chmod(0o755)
+    nad = _nad("sriov-net", {"cniVersion": "1.0.0", "type": "recorder"})
+    nad["metadata"]["annotations"] = {"k8s.v1.cni.cncf.io/resourceName": "intel.com/sriov"}
+    kubesim.create(nad)
+    uid = _pod(kubesim, "dev", **{NETWORKS: "sriov-net"})
+    checkpoint = workdir / "kubelet_internal_checkpoint"
+    checkpoint.write_text(json.dumps({"Data": {"PodDeviceEntries": [{
+        "PodUID": uid, "ContainerName": "c", "ResourceName": "intel.com/sriov",
+        "DeviceIDs": {"0": ["0000:03:00.2", "0000:03:00.1"]},
+    }]}}))  # fmt: skip
+    for real in ("bridge", "host-local", "tuning"):  # the cluster network's plugins
+        (bin_dir / real).symlink_to(f"/usr/lib/cni/{real}")
+    daemon = await _daemon(
+        start_daemon, kubesim, workdir, conflist_file,
+        binDir=str(bin_dir), kubeletPodResourcesSocket=str(workdir / "absent.sock"),
+        deviceCheckpointFile=str(checkpoint),
+    )  # fmt: skip
+    name = await netns()
+    env = _env(name, "dev", uid)
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    stdin = json.loads(record.read_text())
+    assert stdin["deviceID"] == stdin["pciBusID"] == "0000:03:00.1"  # the first, sorted
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
