@@ -117,11 +117,12 @@ def capability_args(delegate: Delegate, runtime_config: Mapping[str, Any] | None
     """
     base = dict(runtime_config or {})
     if not delegate.master:
-        if delegate.port_mappings_request:
+        # A request replaces the runtime's value even when empty (upstream checks != nil).
+        if delegate.port_mappings_request is not None:
             base["portMappings"] = list(delegate.port_mappings_request)
         if delegate.bandwidth_request is not None:
             base["bandwidth"] = delegate.bandwidth_request
-        if delegate.ip_request:
+        if delegate.ip_request is not None:
             base["ips"] = list(delegate.ip_request)
         if delegate.mac_request:
             base["mac"] = delegate.mac_request

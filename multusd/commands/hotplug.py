@@ -38,7 +38,8 @@ def _attribute_delegate(cmd: CmdArgs, attributes: dict[str, Any] | None) -> Dele
         if not isinstance(cni_args, dict):
             raise CNIError(INVALID_ENVIRONMENT, "interfaceAttributes: cni-args must be an object")
         delegate = with_cni_args(delegate, cni_args)
-    return replace(delegate, ifname_request=cmd.ifname, ip_request=tuple(ips), mac_request=mac)
+    requested = tuple(ips) if attrs.get("ips") is not None else None
+    return replace(delegate, ifname_request=cmd.ifname, ip_request=requested, mac_request=mac)
 
 
 async def hotplug(

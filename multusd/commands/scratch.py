@@ -78,7 +78,7 @@ def encode_delegate(delegate: Delegate) -> dict[str, Any]:
         ("ifnameRequest", delegate.ifname_request),
         ("macRequest", delegate.mac_request),
         ("infinibandGUIDRequest", delegate.infiniband_guid_request),
-        ("ipRequest", list(delegate.ip_request)),
+        ("ipRequest", list(delegate.ip_request or ())),
     ]
     entry.update((k, v) for k, v in optional if v)
     if delegate.gateway_request is not None:
@@ -108,7 +108,7 @@ def decode_delegate(entry: object) -> Delegate:
         ifname_request=str(folded.get("ifnamerequest") or ""),
         mac_request=str(folded.get("macrequest") or ""),
         infiniband_guid_request=str(folded.get("infinibandguidrequest") or ""),
-        ip_request=tuple(folded.get("iprequest") or ()),
+        ip_request=tuple(folded["iprequest"]) if folded.get("iprequest") else None,
         gateway_request=tuple(gateways) if isinstance(gateways, list) else None,
         filter_v4_gateway=bool(folded.get("isfilterv4gateway")),
         filter_v6_gateway=bool(folded.get("isfilterv6gateway")),

@@ -38,13 +38,14 @@ class Delegate:
     ifname_request: str = ""
     mac_request: str = ""
     infiniband_guid_request: str = ""
-    ip_request: tuple[str, ...] = ()
+    ip_request: tuple[str, ...] | None = None
+    """``None``: not asked for (the runtime's IPs apply); ``()``: asked for none."""
     gateway_request: tuple[str, ...] | None = None
     filter_v4_gateway: bool = False
     filter_v6_gateway: bool = False
     device_id: str = ""
     resource_name: str = ""
-    port_mappings_request: tuple[dict[str, Any], ...] = ()
+    port_mappings_request: tuple[dict[str, Any], ...] | None = None
     bandwidth_request: dict[str, Any] | None = None
     master: bool = False
     extra: dict[str, Any] = field(default_factory=dict)

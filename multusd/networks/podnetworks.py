@@ -134,10 +134,14 @@ def apply_selection(
         name=f"{element.namespace}/{element.name}" if element.name else delegate.name,
         ifname_request=element.interface or delegate.ifname_request,
         mac_request=element.mac,
-        ip_request=element.ips or (),
+        ip_request=element.ips,
         infiniband_guid_request=element.infiniband_guid,
         gateway_request=gateways,
-        port_mappings_request=tuple(p for p in element.port_mappings or () if p is not None),
+        port_mappings_request=(
+            None
+            if element.port_mappings is None
+            else tuple(p for p in element.port_mappings if p is not None)
+        ),
         bandwidth_request=element.bandwidth,
     )
 

@@ -212,3 +212,13 @@ def test_runtime_config_not_mutated() -> None:
     runtime = dict(RUNTIME)
     capability_args(delegate(**SELECTION), runtime)
     assert runtime == RUNTIME
+
+
+def test_an_empty_selection_list_replaces_the_runtimes_value() -> None:
+    """``"ips": []`` in a selection drops the runtime's IPs; no ``ips`` key keeps them
+    (upstream compares the request with nil, then emits only non-empty lists)."""
+    runtime = {"ips": ["10.0.0.9/24"], "portMappings": [{"hostPort": 80}]}
+    base = delegate_from_bytes(b'{"type":"macvlan","name":"m"}')
+    assert capability_args(base, runtime) == runtime
+    emptied = replace(base, ip_request=(), port_mappings_request=())
+    assert capability_args(emptied, runtime) == {}

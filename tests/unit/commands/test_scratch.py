@@ -142,7 +142,7 @@ async def test_load_round_trip(tmp_path: Path) -> None:
     assert macvlan.device_id == "0000:00:01.0"
     assert macvlan.resource_name == "intel.com/sriov"
     # Not stored upstream either.
-    assert macvlan.port_mappings_request == ()
+    assert macvlan.port_mappings_request is None
     assert macvlan.bandwidth_request is None
 
 
