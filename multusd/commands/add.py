@@ -59,7 +59,7 @@ async def _rollback(
         try:
             await delegate_del(cni, delegate, rt)
         except CNIError as exc:
-            log.warning("[%s] rollback of %s failed: %s", cmd.request_id, delegate.name, exc)
+            log.warning("rollback of %s failed: %s", delegate.name, exc)
 
 
 async def _delegates(
@@ -137,8 +137,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
         if pod is None:
             # Upstream HEAD (#1408): a pod that no longer exists gets no networks, only an
             # empty result, so the runtime can tear the sandbox down quickly.
-            log.warning("[%s] pod %s not found: returning an empty result", cmd.request_id,
-                        pod_label)  # fmt: skip
+            log.warning("pod %s not found: returning an empty result", pod_label)  # fmt: skip
             return results.empty_result(netconf.cni_version, cmd.ifname, cmd.netns)
     delegates = await _delegates(netconf, pod, services, pod_label)
 
@@ -173,7 +172,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
         ifnames.append(rt.ifname)
         if results.has_interfaces_or_ips(latest):
             await _default_routes(cmd, netconf, pod_label, delegate, rt.ifname)
-        log.debug("[%s] added %s as %s", cmd.request_id, delegate.name, rt.ifname)
+        log.debug("added %s as %s", delegate.name, rt.ifname)
         if (
             services.events is not None
             and pod is not None

@@ -55,7 +55,7 @@ async def _rebuild(
     except CNIError as exc:
         if not delegates:
             raise
-        log.warning("[%s] Multus: rebuilding the pod's networks for DEL: %s", cmd.request_id, exc)
+        log.warning("Multus: rebuilding the pod's networks for DEL: %s", exc)
         return delegates
 
 
@@ -69,20 +69,18 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
                 k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=True
             )
         except CNIError as exc:
-            log.warning("[%s] Multus: GetPod failed: %s, but continue to delete", cmd.request_id,
-                        exc)  # fmt: skip
+            log.warning("Multus: GetPod failed: %s, but continue to delete", exc)  # fmt: skip
     try:
         delegates = await scratch.load(netconf.cni_dir, cmd.container_id)
     except scratch.CorruptCache as exc:
-        log.error("[%s] Multus: %s; nothing deleted", cmd.request_id, exc)
+        log.error("Multus: %s; nothing deleted", exc)
         return
     from_cache = delegates is not None
     if delegates is None and pod is not None:
         delegates = await _rebuild(cmd, netconf, pod, services)
     if delegates is None:
         log.warning(
-            "[%s] Multus: failed to get the cached delegates file for %s, cannot properly delete",
-            cmd.request_id,
+            "Multus: failed to get the cached delegates file for %s, cannot properly delete",
             cmd.container_id,
         )
         return

@@ -30,6 +30,7 @@ from multusd.commands.status import status
 from multusd.config.override import override_config
 from multusd.config.schema import decode
 from multusd.errors import internal
+from multusd.logs import request_id
 from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import KeyedLocks, RequestGate
 
@@ -189,6 +190,7 @@ class Handlers:
             return error_response(exc)
         if runner is None:
             return error_response(_env_error(f"unknown cmd type: {cmd.command}"))
+        request_id.set(cmd.request_id)  # this task's log lines carry it from here on
         try:
             # Node-level commands (GC, STATUS) have no container to serialise on.
             serial = (
@@ -201,14 +203,13 @@ class Handlers:
         except CNIError as exc:
             outcome: CNIError | None = self._wrap(cmd, exc, hotplug)
         except Exception as exc:  # a bug must not kill the daemon or hang the runtime
-            log.exception("[%s] %s failed unexpectedly", cmd.request_id, cmd.command)
+            log.exception("%s failed unexpectedly", cmd.command)
             outcome = self._wrap(cmd, internal(f"internal error: {exc!r}"), hotplug)
         else:
             outcome = None
         elapsed = (time.monotonic() - started) * 1000
         log.info(
-            "[%s] %s %s container=%s args=%s took %.1fms: %s",
-            cmd.request_id,
+            "%s %s container=%s args=%s took %.1fms: %s",
             request.path,
             cmd.command,
             cmd.container_id,

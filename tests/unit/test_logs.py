@@ -158,7 +158,7 @@ def test_reconfigure_replaces_handlers(tmp_path: Path) -> None:
     handlers = logs.output_handlers()
     logs.shutdown()
     assert first.getvalue() == ""
-    assert len(handlers) == 1 and isinstance(handlers[0], logging.FileHandler)
+    assert len(handlers) == 1 and isinstance(handlers[0], logs.RotatingFile)
     assert logging.getLogger("multusd").propagate is False
 
 
@@ -166,3 +166,18 @@ def test_no_output_configured_is_silent() -> None:
     logs.configure(level="debug")
     handlers = logging.getLogger("multusd").handlers
     assert len(handlers) == 1 and isinstance(handlers[0], logging.NullHandler)
+
+
+def test_request_id_is_carried_by_the_context() -> None:
+    stream = io.StringIO()
+    logs.configure(level="debug", to_stderr=True, stream=stream)
+    token = logs.request_id.set("r000042")
+    try:
+        logging.getLogger("multusd.x").info("inside")
+    finally:
+        logs.request_id.reset(token)
+    logging.getLogger("multusd.x").info("outside")
+    logs.shutdown()
+    inside, outside = stream.getvalue().splitlines()
+    assert inside.endswith("[verbose] [r000042] inside")
+    assert outside.endswith("[verbose] outside")

@@ -1,0 +1,286 @@
+"""Prometheus metrics on ``metricsPort`` (reference §2.7), plus what upstream cannot tell you.
+
+Upstream exports one counter, ``multus_server_request_total``; we keep its name, help, labels
+and label values so existing dashboards work, and add the numbers operators actually ask for
+when pods are slow to start: how long each CNI command takes, which phase of it (pod lookup,
+each delegate, the status write), how long requests wait for the API token bucket, how many
+requests are in flight, and whether the informer caches are synced.
+
+Cheap when unused: :class:`Recorder` is a do-nothing stand-in the handlers can always call, and
+``prometheus_client`` is imported only when a :class:`Metrics` is built (i.e. only with
+``metricsPort`` set). Gauges that mirror state we already keep (in-flight count, cache sizes,
+bucket queue) are read at scrape time from callables, so nothing on the request path updates
+them. Each :class:`Metrics` has its own registry: two daemons in one test process do not clash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client.metrics_core import Metric
+
+__all__ = [
+    "HANDLER_LABELS",
+    "BucketStats",
+    "CacheStats",
+    "Metrics",
+    "Recorder",
+]
+
+# Upstream's ``handler`` label values: the four routes, everything else is "NotFound" (its
+# catch-all "/" route). A wrong method on a known route counts under that route, as upstream.
+HANDLER_LABELS = frozenset({"/cni", "/delegate", "/healthz", "/readyz"})
+
+# Seconds. CNI commands span milliseconds (cached DEL) to minutes (slow IPAM), hence the range.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class CacheStats(Protocol):
+    """What we read from a cache at scrape time (``multusd.k8s.store.StoreStatistics``)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def synced(self) -> bool: ...
+
+
+class BucketStats(Protocol):
+    """What we read from the token bucket at scrape time (``BucketStatistics``)."""
+
+    @property
+    def tokens(self) -> float: ...
+    @property
+    def waiting(self) -> int: ...
+
+
+def handler_label(path: str) -> str:
+    return path if path in HANDLER_LABELS else "NotFound"
+
+
+class Recorder:
+    """The recording API, doing nothing: what the daemon holds when ``metricsPort`` is unset,
+    so call sites need no ``if metrics:``."""
+
+    def count_request(self, handler: str, method: str, code: int) -> None:
+        """One HTTP request answered (upstream's counter); normally via :meth:`middleware`."""
+
+    def observe_command(self, command: str, seconds: float, *, ok: bool) -> None:
+        """One CNI command (ADD, DEL, ...) finished after ``seconds``."""
+
+    def observe_phase(self, phase: str, seconds: float, plugin: str = "") -> None:
+        """One phase of a command took ``seconds`` (``plugin``: the delegate's, if any)."""
+
+    def observe_bucket_wait(self, seconds: float) -> None:
+        """A caller waited ``seconds`` for an API token (``TokenBucket.acquire()``'s result)."""
+
+    @contextlib.contextmanager
+    def phase(self, phase: str, plugin: str = "") -> Iterator[None]:
+        """Time the block as ``phase`` (``pod_lookup``, ``delegate``, ``status_write``), failed
+        or not. A plain context manager, so it wraps ``await``s too::
+
+            with metrics.phase("delegate", plugin="macvlan"):
+                result = await delegate_add(...)
+        """
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.observe_phase(phase, time.monotonic() - started, plugin)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Count every answered request under upstream's labels; add it to the daemon app's
+        middlewares *outside* (before) ``upstream_errors`` so it sees the final status."""
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            self.count_request(handler_label(request.path), request.method, exc.status)
+            raise
+        self.count_request(handler_label(request.path), request.method, response.status)
+        return response
+
+
+@dataclass
+class _Sources:
+    """Scrape-time state, registered after construction as the daemon builds its parts."""
+
+    in_flight: Callable[[], int] | None = None
+    bucket: Callable[[], BucketStats] | None = None
+    caches: dict[str, Callable[[], CacheStats]] = field(default_factory=dict)
+
+
+class _StateCollector:
+    """Reads the callables at scrape time (a prometheus_client custom collector)."""
+
+    def __init__(self, sources: _Sources) -> None:
+        self._sources = sources
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # dynamic: nothing to check for name clashes at registration
+
+    def collect(self) -> Iterable[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        sources = self._sources
+        if sources.in_flight is not None:
+            yield GaugeMetricFamily(
+                "multus_server_requests_in_flight",
+                "CNI and /delegate requests being served",
+                value=sources.in_flight(),
+            )
+        if sources.bucket is not None:
+            stats = sources.bucket()
+            yield GaugeMetricFamily(
+                "multus_k8s_rate_limiter_waiting",
+                "Callers queued for a Kubernetes API token",
+                value=stats.waiting,
+            )
+            yield GaugeMetricFamily(
+                "multus_k8s_rate_limiter_tokens",
+                "Kubernetes API tokens available now",
+                value=stats.tokens,
+            )
+        if sources.caches:
+            size = GaugeMetricFamily(
+                "multus_k8s_cache_objects", "Objects in an informer cache", labels=["cache"]
+            )
+            synced = GaugeMetricFamily(
+                "multus_k8s_cache_synced",
+                "1 once an informer cache has completed its first list",
+                labels=["cache"],
+            )
+            for name, read in sorted(self._sources.caches.items()):
+                cache = read()
+                size.add_metric([name], cache.size)
+                synced.add_metric([name], 1.0 if cache.synced else 0.0)
+            yield size
+            yield synced
+
+
+class Metrics(Recorder):
+    """The real recorder, with its own registry and the ``/metrics`` server."""
+
+    def __init__(
+        self,
+        *,
+        in_flight: Callable[[], int] | None = None,
+        bucket: Callable[[], BucketStats] | None = None,
+        caches: Mapping[str, Callable[[], CacheStats]] | None = None,
+        process: bool = True,
+    ) -> None:
+        """``process``: also export ``process_*``/``python_*`` (upstream's default registry
+        carries the Go runtime and process collectors)."""
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            GCCollector,
+            Histogram,
+            PlatformCollector,
+            ProcessCollector,
+        )
+
+        self.registry: CollectorRegistry = CollectorRegistry(auto_describe=True)
+        self._sources = _Sources(in_flight, bucket, dict(caches or {}))
+        self._requests: Counter = Counter(
+            "multus_server_request_total",
+            "Counter of HTTP requests",
+            ["handler", "code", "method"],
+            registry=self.registry,
+        )
+        self._commands: Histogram = Histogram(
+            "multus_cni_request_duration_seconds",
+            "Time to serve a CNI command, by command and result (ok or error)",
+            ["command", "result"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._phases: Histogram = Histogram(
+            "multus_cni_phase_duration_seconds",
+            "Time spent in one phase of a CNI command (pod_lookup, delegate, status_write)",
+            ["phase", "plugin"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._bucket_wait: Histogram = Histogram(
+            "multus_k8s_rate_limiter_wait_seconds",
+            "Time a Kubernetes API call waited for a token of the client's QPS/burst bucket",
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(self._sources))
+        if process:
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+
+    # --- scrape-time sources ---------------------------------------------------------------
+
+    def watch_in_flight(self, read: Callable[[], int]) -> None:
+        self._sources.in_flight = read
+
+    def watch_bucket(self, read: Callable[[], BucketStats]) -> None:
+        self._sources.bucket = read
+
+    def watch_cache(self, name: str, read: Callable[[], CacheStats]) -> None:
+        self._sources.caches[name] = read
+
+    # --- recording ---------------------------------------------------------------------------
+
+    def count_request(self, handler: str, method: str, code: int) -> None:
+        self._requests.labels(handler=handler, code=str(code), method=method.lower()).inc()
+
+    def observe_command(self, command: str, seconds: float, *, ok: bool) -> None:
+        result = "ok" if ok else "error"
+        self._commands.labels(command=command, result=result).observe(seconds)
+
+    def observe_phase(self, phase: str, seconds: float, plugin: str = "") -> None:
+        self._phases.labels(phase=phase, plugin=plugin).observe(seconds)
+
+    def observe_bucket_wait(self, seconds: float) -> None:
+        self._bucket_wait.observe(seconds)
+
+    # --- serving -----------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of everything registered."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+    async def _serve_metrics(self, request: web.Request) -> web.Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        # Tiny registry: rendering inline costs well under a millisecond.
+        return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._serve_metrics)
+        return app
+
+    @contextlib.asynccontextmanager
+    async def serve(self, port: int, host: str = "0.0.0.0") -> AsyncIterator[int]:
+        """Serve ``/metrics`` on ``host:port`` (upstream: all addresses) for the block's
+        duration, yielding the bound port (port 0 picks a free one); leaving the block closes
+        the listener and any open scrape connections."""
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+            yield int(runner.addresses[0][1])
+        finally:
+            await runner.cleanup()
