@@ -47,12 +47,19 @@ def run_daemon(argv: Sequence[str]) -> int:
     except StartupError as exc:
         print(f"multusd: {exc}", file=sys.stderr)
         return exc.exit_code
-    logs.configure(level=config.log_level, to_stderr=config.log_to_stderr, log_file=config.log_file)
+    logs.configure(
+        level=config.log_level,
+        to_stderr=config.log_to_stderr,
+        log_file=config.log_file,
+        log_options=config.log_options,
+    )
     try:
         return asyncio.run(run(config, raw))
     except StartupError as exc:
         print(f"multusd: {exc}", file=sys.stderr)
         return exc.exit_code
+    finally:
+        logs.shutdown()  # write out what is queued before the process ends
 
 
 def run_install_shim(argv: Sequence[str]) -> int:

@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +27,16 @@ from aiohttp import web
 from multusd.cni.invoke import SubprocessExecutor
 from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
-from multusd.errors import EXIT_SERVER, StartupError
+from multusd.config.manager import ConfigManager, install_static_config
+from multusd.config.readiness import ReadinessSettings, wait_for_file, watch_until_removed
+from multusd.errors import EXIT_READINESS_LOST, EXIT_SERVER, StartupError
 from multusd.k8s.client import ClientSettings, ClusterConfig
 from multusd.k8s.cluster import Cluster, running_cluster
 from multusd.k8s.devices import device_map_for_pod_object
 from multusd.k8s.kubeconfig import load_cluster_config
 from multusd.k8s.nads import NadLookup
 from multusd.k8s.pods import PodLookup, PodLookupSettings
+from multusd.metrics import Metrics, Recorder
 from multusd.networks.podnetworks import KubeNetworks
 from multusd.server.app import build_app
 from multusd.server.concurrency import RequestGate
@@ -135,7 +138,7 @@ async def cluster_or_none(
 @contextlib.asynccontextmanager
 async def serving(
     sock: BoundSocket, config: DaemonConfig, raw: dict[str, Any], state: DaemonState,
-    cluster: Cluster | None,
+    *, cluster: Cluster | None, metrics: Recorder,
 ) -> AsyncIterator[web.AppRunner]:  # fmt: skip
     """Serve ``/cni`` on the bound socket until the context exits."""
     pods = events = networks = None
@@ -161,6 +164,7 @@ async def serving(
         pods=pods,
         events=events,
         networks=networks,
+        metrics=metrics,
     )
     handlers = Handlers(
         services=services,
@@ -169,7 +173,7 @@ async def serving(
         state=state,
         gate=RequestGate(config.connection_limit),
     )
-    app = build_app(handlers, max_request_bytes=config.max_request_bytes)
+    app = build_app(handlers, max_request_bytes=config.max_request_bytes, metrics=metrics)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
@@ -193,13 +197,49 @@ async def _wait_idle(state: DaemonState, limit: float) -> None:
         log.error("shutdown: %d request(s) still running after %.0fs", state.in_flight, limit)
 
 
+@contextlib.asynccontextmanager
+async def metrics_site(
+    config: DaemonConfig, state: DaemonState, cluster: Cluster | None
+) -> AsyncIterator[Recorder]:
+    """Prometheus metrics on ``metricsPort`` when it is set; a no-op recorder otherwise."""
+    if config.metrics_port is None:
+        yield Recorder()
+        return
+    metrics = Metrics(in_flight=lambda: state.in_flight)
+    if cluster is not None:
+        metrics.watch_bucket(cluster.client.bucket.statistics)
+        metrics.watch_cache("pods", cluster.pods.statistics)
+        metrics.watch_cache("network-attachment-definitions", cluster.nads.statistics)
+        cluster.client.on_bucket_wait = metrics.observe_bucket_wait
+    async with metrics.serve(config.metrics_port) as port:
+        log.info("metrics on :%d/metrics", port)
+        yield metrics
+
+
+def _own(
+    tasks: list[asyncio.Task[Any]], coro: Coroutine[Any, Any, Any], name: str,
+    on_done: Callable[[asyncio.Task[Any]], None],
+) -> None:  # fmt: skip
+    task = asyncio.create_task(coro, name=name)
+    task.add_done_callback(on_done)
+    tasks.append(task)
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]], on_done: Callable[..., None]) -> None:
+    for task in tasks:
+        task.remove_done_callback(on_done)
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def run(
     config: DaemonConfig,
     raw: dict[str, Any],
     settings: ShutdownSettings | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT (exit 0) or a fatal background failure (exit 1)."""
+    """Serve until SIGTERM/SIGINT (exit 0), the readiness indicator's removal (exit 2), or a
+    fatal background failure (exit 1). Start-up failures raise ``StartupError``."""
     settings = settings or ShutdownSettings()
     environ = os.environ if environ is None else environ
     loop = asyncio.get_running_loop()
@@ -219,22 +259,63 @@ async def run(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     state = DaemonState()
+    exit_code = 0
+    tasks: list[asyncio.Task[Any]] = []
+
+    def task_done(task: asyncio.Task[Any]) -> None:
+        """A watch ended: the readiness file is gone (exit 2), or something broke (exit 1)."""
+        nonlocal exit_code
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None and task.get_name() == "readiness-watch":
+            log.error("%s: exiting", task.result())
+            exit_code = EXIT_READINESS_LOST
+        else:
+            log.error("%s stopped: %r", task.get_name(), error)
+            state.failure = f"{task.get_name()} stopped"
+        stop.set()
+
     try:
         async with contextlib.AsyncExitStack() as stack:
+            readiness = ReadinessSettings()
+            if config.readiness_indicator_file:
+                await wait_for_file(config.readiness_indicator_file, readiness)
+            manager: ConfigManager | None = None
+            if config.is_auto:
+                manager = await stack.enter_async_context(ConfigManager(config, raw))
+                await manager.wait_for_primary()
+            else:
+                await install_static_config(config)
             sock = stack.enter_context(bound(config))
             cluster = await stack.enter_async_context(cluster_or_none(config, environ, state, stop))
+            metrics = await stack.enter_async_context(metrics_site(config, state, cluster))
             if not stop.is_set():
-                await stack.enter_async_context(serving(sock, config, raw, state, cluster))
+                await stack.enter_async_context(
+                    serving(sock, config, raw, state, cluster=cluster, metrics=metrics)
+                )
+                # The shim-facing config appears only once the daemon answers (upstream).
+                if manager is not None:
+                    await manager.write_config()
+                    _own(tasks, manager.watch(), "config-watch", task_done)
+                if config.readiness_indicator_file:
+                    watch = watch_until_removed(config.readiness_indicator_file, readiness)
+                    _own(tasks, watch, "readiness-watch", task_done)
                 await stop.wait()
             # Phase 1: new ADDs wait for a replacement daemon (the shim polls /readyz) while
             # DELs, which only check /healthz, are still served during the drain.
             state.shutting_down = True
-            await _wait_idle(state, settings.drain_timeout)
+            await _cancel_all(tasks, task_done)
+            if exit_code == EXIT_READINESS_LOST and manager is not None:
+                await manager.remove_config()  # new pods must wait for the primary network
+            else:
+                await _wait_idle(state, settings.drain_timeout)
     finally:
+        await _cancel_all(tasks, task_done)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
     if state.failure:
         log.error("daemon stopped: %s", state.failure)
         return 1
     log.info("shutdown complete")
-    return 0
+    return exit_code

@@ -131,9 +131,10 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
     pod_label = k8s.label()
     pod: dict[str, Any] | None = None
     if services.pods is not None:
-        pod = await services.pods.get_pod(
-            k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=False
-        )
+        with services.metrics.phase("pod_lookup"):
+            pod = await services.pods.get_pod(
+                k8s.pod_namespace, k8s.pod_name, k8s.pod_uid, is_del=False
+            )
         if pod is None:
             # Upstream HEAD (#1408): a pod that no longer exists gets no networks, only an
             # empty result, so the runtime can tear the sandbox down quickly.
@@ -157,7 +158,8 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
                     delegate.resource_name, delegate.device_id, delegate.name,
                     cmd.container_id, rt.ifname,
                 )  # fmt: skip
-            result = await delegate_add(cni, delegate, rt, ifname_checked=index == 0)
+            with services.metrics.phase("delegate", plugin=delegate.plugin_type or delegate.name):
+                result = await delegate_add(cni, delegate, rt, ifname_checked=index == 0)
         except CNIError as exc:
             if isinstance(exc, _CacheNotSaved):
                 raise
@@ -183,7 +185,8 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
             services.events.record(pod, "Normal", "AddedInterface", message)
     if services.pods is not None:
         attached = list(zip(delegates, found, ifnames, strict=True))
-        await _write_network_status(services.pods, cmd, k8s, attached)
+        with services.metrics.phase("status_write"):
+            await _write_network_status(services.pods, cmd, k8s, attached)
     return _master_result(delegates, found)
 
 

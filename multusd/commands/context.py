@@ -15,6 +15,7 @@ from multusd.cni.api import CNI
 from multusd.cni.invoke import PluginExecutor
 from multusd.k8s.events import EventRecorder
 from multusd.k8s.pods import PodLookup
+from multusd.metrics import Recorder
 from multusd.networks.netconf import NetConf
 from multusd.networks.podnetworks import KubeNetworks
 
@@ -59,6 +60,8 @@ class Services:
     """Kubernetes events, posted in the background; ``None`` in the no-Kubernetes mode."""
     networks: KubeNetworks | None = None
     """NAD lookups and device maps for pod networks; ``None`` in the no-Kubernetes mode."""
+    metrics: Recorder = field(default_factory=Recorder)
+    """Phase timings for the Prometheus endpoint (a no-op without ``metricsPort``)."""
 
     def cni_for(self, netconf: NetConf) -> CNI:
         """A libcni handle for this request: ``binDir`` first, then the daemon's ``CNI_PATH``.

@@ -121,6 +121,10 @@ class DaemonConfig(NetworkKeys):
     """*multusd*: the device-plugin checkpoint, read when the socket is absent."""
     pod_get_timeout: float = json_field("podGetTimeoutSeconds", 5.0)
     """*multusd*: timeout of the fallback pod GET (upstream: 50 ms, a reported bug)."""
+    keep_config_on_exit: bool = json_field("keepConfigOnExit", False)
+    """*multusd*: leave the generated ``00-multus.conf`` in place on shutdown. Upstream deletes
+    it, so pods created while the daemon restarts get only the primary network; keeping it makes
+    them fail (and be retried by the kubelet) until the daemon is back instead."""
 
     extra: dict[str, Any] = json_field("", factory=dict)
     """Keys no field claims, as they were (they still take part in the override)."""

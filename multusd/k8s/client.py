@@ -26,7 +26,7 @@ import os
 import ssl
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
@@ -153,6 +153,8 @@ class KubeClient:
         self.config = config
         self.settings = settings or ClientSettings()
         self.bucket = TokenBucket(self.settings.qps, self.settings.burst)
+        self.on_bucket_wait: Callable[[float], None] | None = None
+        """Told every wait for a bucket token (the daemon's metrics histogram)."""
         self._base = config.server.rstrip("/")
         self._token = _Token(config.token, config.token_file)
         self._session: aiohttp.ClientSession | None = None
@@ -271,6 +273,8 @@ class KubeClient:
         key = resource_of(method, path, params)
         self._requests[key] += 1
         waited = await self.bucket.acquire()
+        if self.on_bucket_wait is not None:
+            self.on_bucket_wait(waited)
         if waited > _WAIT_LOG_THRESHOLD:
             log.debug("waited %.3f s for the API rate limit: %s %s", waited, key[0], key[1])
         headers: dict[str, str] = {}

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from cni_shim.errors import CNIError
 from multusd.errors import INTERNAL
+from multusd.metrics import Recorder
 from multusd.server.handlers import Handlers, error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -30,8 +32,12 @@ async def upstream_errors(request: web.Request, handler: Handler) -> web.StreamR
         return response
 
 
-def build_app(handlers: Handlers, *, max_request_bytes: int) -> web.Application:
-    app = web.Application(client_max_size=max_request_bytes, middlewares=[upstream_errors])
+def build_app(
+    handlers: Handlers, *, max_request_bytes: int, metrics: Recorder | None = None
+) -> web.Application:
+    # The metrics middleware sits outside upstream_errors so it counts the final status.
+    middlewares: list[Middleware] = [(metrics or Recorder()).middleware, upstream_errors]
+    app = web.Application(client_max_size=max_request_bytes, middlewares=middlewares)
     app.router.add_post("/cni", handlers.cni)
     app.router.add_post("/delegate", handlers.delegate)
     for path, handler in (("/healthz", handlers.healthz), ("/readyz", handlers.readyz)):

@@ -207,7 +207,9 @@ class Handlers:
             outcome = self._wrap(cmd, internal(f"internal error: {exc!r}"), hotplug)
         else:
             outcome = None
-        elapsed = (time.monotonic() - started) * 1000
+        seconds = time.monotonic() - started
+        self.services.metrics.observe_command(cmd.command, seconds, ok=outcome is None)
+        elapsed = seconds * 1000
         log.info(
             "%s %s container=%s args=%s took %.1fms: %s",
             request.path,

@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from multusd.server.metrics import Metrics, Recorder
+from multusd.metrics import Metrics, Recorder
 
 HOST = "127.0.0.1"
 

@@ -1,0 +1,171 @@
+"""Lifecycle of the real daemon: the generated ``00-multus.conf`` (used by the real shim), its
+regeneration, the readiness indicator, graceful shutdown with a request in flight, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import stat
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.e2e.conftest import pod_env, write_json
+from tests.e2e.harness import Daemon, addresses, run_shim
+
+StartDaemon = Callable[..., Awaitable[Daemon]]
+MakeNetns = Callable[[], Awaitable[str]]
+
+
+def _auto(workdir: Path, conflist: Path, **extra: Any) -> dict[str, Any]:
+    """Auto mode: the primary config is the test conflist, the output goes to ``cni``."""
+    (workdir / "cni").mkdir(exist_ok=True)
+    return {
+        "multusConfigFile": "auto",
+        "multusAutoconfigDir": str(conflist.parent),
+        "cniConfigDir": str(workdir / "cni"),
+        "daemonSocketDir": str(workdir / "run"),
+        **extra,
+    }
+
+
+async def _eventually(check: Callable[[], bool], timeout: float = 20) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.05)
+
+
+async def test_generated_config_drives_the_real_shim(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path,
+    conflist_file: Path,
+) -> None:  # fmt: skip
+    daemon = await start_daemon(**_auto(workdir, conflist_file))
+    generated = workdir / "cni" / "00-multus.conf"
+    await _eventually(generated.exists)
+    conf = json.loads(generated.read_text())
+    assert conf["type"] == "multus-shim" and conf["name"] == "multus-cni-network"
+    assert conf["clusterNetwork"] == str(conflist_file)
+    assert conf["daemonSocketDir"] == str(workdir / "run")
+    # The runtime reads the generated file and pipes it to the shim, as on a node.
+    name = await netns()
+    env = pod_env(name)
+    added = await run_shim(shim_path, "ADD", generated.read_bytes(), env=env)
+    assert added.returncode == 0, added
+    assert (await addresses(name))["eth0"]
+    assert (await run_shim(shim_path, "DEL", generated.read_bytes(), env=env)).returncode == 0
+    assert await daemon.stop() == 0
+    assert not generated.exists()  # upstream removes it on shutdown
+
+
+async def test_regenerated_when_the_primary_changes(
+    start_daemon: StartDaemon, workdir: Path, conflist_file: Path
+) -> None:
+    await start_daemon(**_auto(workdir, conflist_file))
+    generated = workdir / "cni" / "00-multus.conf"
+    await _eventually(generated.exists)
+    assert "capabilities" not in json.loads(generated.read_text())
+    primary = json.loads(conflist_file.read_text())
+    primary["plugins"].append({"type": "portmap", "capabilities": {"portMappings": True}})
+    tmp = conflist_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(primary))
+    tmp.replace(conflist_file)  # an atomic replace, as network operators do
+    await _eventually(lambda: "capabilities" in json.loads(generated.read_text()))
+    assert json.loads(generated.read_text())["capabilities"] == {"portMappings": True}
+
+
+async def test_keep_config_on_exit(
+    start_daemon: StartDaemon, workdir: Path, conflist_file: Path
+) -> None:
+    daemon = await start_daemon(**_auto(workdir, conflist_file, keepConfigOnExit=True))
+    generated = workdir / "cni" / "00-multus.conf"
+    await _eventually(generated.exists)
+    assert await daemon.stop() == 0
+    assert generated.exists()
+
+
+async def test_readiness_indicator_removed_exits_2_and_removes_the_config(
+    start_daemon: StartDaemon, workdir: Path, conflist_file: Path
+) -> None:
+    ready = workdir / "ready" / "primary-ready"
+    ready.parent.mkdir()
+    ready.write_text("ok")
+    daemon = await start_daemon(**_auto(workdir, conflist_file, readinessindicatorfile=str(ready)))
+    generated = workdir / "cni" / "00-multus.conf"
+    await _eventually(generated.exists)
+    # A rotation (atomic replace) is not a loss.
+    rotated = ready.with_suffix(".new")
+    rotated.write_text("ok again")
+    rotated.replace(ready)
+    await asyncio.sleep(1.0)
+    assert daemon.proc is not None and daemon.proc.returncode is None
+    ready.unlink()
+    assert daemon.proc is not None
+    assert await asyncio.wait_for(daemon.proc.wait(), 30) == 2
+    assert not generated.exists()
+
+
+async def test_sigterm_lets_an_in_flight_add_finish(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path
+) -> None:
+    bin_dir = workdir / "slowbin"
+    bin_dir.mkdir()
+    slow = bin_dir / "slow"
+    slow.write_text(
+        "#!/usr/bin/python3 -IS\nimport time, json\ntime.sleep(1.5)\n"
+        "print(json.dumps({'cniVersion': '1.0.0'}))\n"
+    )
+    slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
+    delegate = {"cniVersion": "1.0.0", "name": "slow", "type": "slow"}
+    daemon = await start_daemon(delegates=[delegate], binDir=str(bin_dir))
+    config = {"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus-shim",
+              "daemonSocketDir": daemon.socket_dir}  # fmt: skip
+    add = asyncio.create_task(run_shim(shim_path, "ADD", config, env=pod_env(await netns())))
+    await asyncio.sleep(0.7)  # the plugin is running
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGTERM)
+    added = await add
+    assert added.returncode == 0, added
+    assert await asyncio.wait_for(daemon.proc.wait(), 30) == 0
+    assert not os.path.exists(daemon.socket_path)
+
+
+async def test_metrics_are_scraped_over_http(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, conflist_file: Path
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = await start_daemon(clusterNetwork=str(conflist_file), metricsPort=port)
+    config = {"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus-shim",
+              "daemonSocketDir": daemon.socket_dir}  # fmt: skip
+    env = pod_env(await netns())
+    assert (await run_shim(shim_path, "ADD", config, env=env)).returncode == 0
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        assert response.status == 200
+        text = await response.text()
+    assert 'multus_server_request_total{code="200",handler="/cni",method="post"} 1.0' in text
+    assert 'multus_cni_request_duration_seconds_count{command="ADD",result="ok"} 1.0' in text
+    assert "multus_cni_phase_duration_seconds_count" in text
+    assert (await run_shim(shim_path, "DEL", config, env=env)).returncode == 0
+
+
+async def test_static_config_is_installed_in_non_auto_mode(
+    start_daemon: StartDaemon, workdir: Path, conflist_file: Path
+) -> None:
+    static = write_json(workdir / "static" / "05-multus.conf", {"name": "x", "type": "multus-shim"})
+    (workdir / "cni").mkdir()
+    daemon = await start_daemon(
+        clusterNetwork=str(conflist_file),
+        multusConfigFile=str(static),
+        cniConfigDir=str(workdir / "cni"),
+    )
+    assert (workdir / "cni" / "05-multus.conf").read_bytes() == static.read_bytes()
+    assert (await daemon.request("GET", "/readyz"))[0] == 200  # and it keeps running

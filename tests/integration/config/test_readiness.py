@@ -1,0 +1,305 @@
+"""The readiness indicator against real files, real inotify watches and real directory churn.
+
+Intervals are shortened (50 ms polls, 0.4 s grace) so the suite stays fast; timeouts around
+the awaited results are generous and only guard against hangs. "Still running" checks wait
+well past the grace window, which is the only way to observe that nothing happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from multusd.config.readiness import ReadinessSettings, wait_for_file, watch_until_removed
+from multusd.errors import EXIT_CONFIG, StartupError
+
+GRACE = 0.4
+ARM = 0.15  # time for a fresh watcher to arm its inotify watch
+SETTINGS = ReadinessSettings(poll_interval=0.05, startup_timeout=10.0, rotation_grace=GRACE)
+HANG_GUARD = 10.0
+
+
+def inotify_fds() -> int:
+    """Open inotify instances of this process: each armed watcher holds exactly one."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify":
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+async def wait_inotify_at_most(limit: int) -> None:
+    async with asyncio.timeout(HANG_GUARD):
+        while inotify_fds() > limit:
+            await asyncio.sleep(0.02)
+
+
+def write(path: Path, text: str = "ready\n") -> None:
+    path.write_text(text)
+
+
+@pytest.fixture
+def ready_file(tmp_path: Path) -> Path:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    path = directory / "ready"
+    write(path)
+    return path
+
+
+@pytest.fixture
+async def watcher(ready_file: Path) -> AsyncIterator[asyncio.Task[str]]:
+    """A running ``watch_until_removed`` on ``ready_file``, given time to arm its watch."""
+    task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS))
+    await asyncio.sleep(ARM)
+    assert not task.done()
+    yield task
+    if not task.done():
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def assert_still_running(task: asyncio.Task[str]) -> None:
+    await asyncio.sleep(GRACE + 0.2)  # past the grace window that the loss opened
+    assert not task.done(), task.result()
+
+
+async def result_of(task: asyncio.Task[str]) -> str:
+    return await asyncio.wait_for(asyncio.shield(task), HANG_GUARD)
+
+
+# --- start-up wait -------------------------------------------------------------------------
+
+
+async def test_wait_returns_at_once_when_the_file_exists(ready_file: Path) -> None:
+    await asyncio.wait_for(wait_for_file(str(ready_file), SETTINGS), HANG_GUARD)
+
+
+async def test_wait_returns_when_the_file_appears_later(tmp_path: Path) -> None:
+    path = tmp_path / "ready"
+    waiter = asyncio.create_task(wait_for_file(str(path), SETTINGS))
+    await asyncio.sleep(ARM)
+    assert not waiter.done()
+    write(path)
+    await asyncio.wait_for(waiter, HANG_GUARD)
+
+
+async def test_wait_returns_when_the_directory_and_file_appear_later(tmp_path: Path) -> None:
+    path = tmp_path / "not-yet" / "deeper" / "ready"
+    waiter = asyncio.create_task(wait_for_file(str(path), SETTINGS))
+    await asyncio.sleep(ARM)
+    path.parent.mkdir(parents=True)
+    await asyncio.sleep(ARM)  # the directory is watched now; the file comes later
+    assert not waiter.done()
+    write(path)
+    await asyncio.wait_for(waiter, HANG_GUARD)
+
+
+async def test_wait_times_out_with_upstreams_text_and_exit_code_1(tmp_path: Path) -> None:
+    path = str(tmp_path / "never")
+    settings = ReadinessSettings(poll_interval=0.05, startup_timeout=0.3, rotation_grace=GRACE)
+    baseline = inotify_fds()
+    with pytest.raises(StartupError) as caught:
+        await asyncio.wait_for(wait_for_file(path, settings), HANG_GUARD)
+    assert caught.value.exit_code == EXIT_CONFIG == 1
+    assert str(caught.value) == (
+        "have you checked that your default network is ready? still waiting for "
+        f"readinessindicatorfile @ {path}. pollimmediate error: timed out waiting for the condition"
+    )
+    await wait_inotify_at_most(baseline)
+
+
+async def test_wait_resolves_a_relative_path_but_reports_it_raw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = ReadinessSettings(poll_interval=0.05, startup_timeout=0.2, rotation_grace=GRACE)
+    with pytest.raises(StartupError, match=r"readinessindicatorfile @ \./sub/\.\./ready\. "):
+        await asyncio.wait_for(wait_for_file("./sub/../ready", settings), HANG_GUARD)
+    write(tmp_path / "ready")
+    await asyncio.wait_for(wait_for_file("./sub/../ready", settings), HANG_GUARD)
+
+
+# --- losing the file -----------------------------------------------------------------------
+
+
+async def test_removal_is_reported(ready_file: Path, watcher: asyncio.Task[str]) -> None:
+    ready_file.unlink()
+    assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_move_to_another_directory_is_reported(
+    tmp_path: Path, ready_file: Path, watcher: asyncio.Task[str]
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ready_file.rename(elsewhere / "ready")
+    assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_removed_directory_that_stays_gone_is_reported(
+    ready_file: Path, watcher: asyncio.Task[str]
+) -> None:
+    shutil.rmtree(ready_file.parent)
+    assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_missing_at_start_is_reported_after_the_grace(ready_file: Path) -> None:
+    ready_file.unlink()
+    reason = await asyncio.wait_for(watch_until_removed(str(ready_file), SETTINGS), HANG_GUARD)
+    assert reason == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_returning_stops_the_watcher(ready_file: Path) -> None:
+    baseline = inotify_fds()
+    task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS))
+    await asyncio.sleep(ARM)
+    assert inotify_fds() == baseline + 1
+    ready_file.unlink()
+    await result_of(task)
+    await wait_inotify_at_most(baseline)
+
+
+# --- rotation: the file comes back within the grace ----------------------------------------
+
+
+async def test_delete_and_recreate_within_the_grace_is_a_rotation(
+    ready_file: Path, watcher: asyncio.Task[str]
+) -> None:
+    for n in range(2):
+        ready_file.unlink()
+        await asyncio.sleep(GRACE / 4)
+        write(ready_file, f"rotated {n}\n")
+        await assert_still_running(watcher)
+    # Still watching after the rotations: a real removal is reported.
+    ready_file.unlink()
+    assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_atomic_replace_by_rename_over_is_a_rotation(
+    ready_file: Path, watcher: asyncio.Task[str]
+) -> None:
+    for n in range(3):
+        tmp = ready_file.with_name(f".ready.{n}.tmp")
+        write(tmp, f"v{n}\n")
+        os.replace(tmp, ready_file)
+        await asyncio.sleep(0.1)
+    await assert_still_running(watcher)
+    ready_file.unlink()
+    assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_directory_recreated_with_the_file_within_the_grace_is_a_rotation(
+    ready_file: Path, watcher: asyncio.Task[str]
+) -> None:
+    shutil.rmtree(ready_file.parent)
+    await asyncio.sleep(GRACE / 4)
+    ready_file.parent.mkdir()
+    write(ready_file)
+    await assert_still_running(watcher)
+    # The watch was re-armed on the new directory: removal is still seen.
+    ready_file.unlink()
+    assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_directory_recreated_without_the_file_is_reported(
+    ready_file: Path, watcher: asyncio.Task[str]
+) -> None:
+    shutil.rmtree(ready_file.parent)
+    await asyncio.sleep(GRACE / 4)
+    ready_file.parent.mkdir()
+    assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_directory_swapped_by_rename_is_followed(
+    tmp_path: Path, ready_file: Path, watcher: asyncio.Task[str]
+) -> None:
+    # The file never goes missing, but the watched inode does: the watch must move along.
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    write(staged / "ready")
+    ready_file.parent.rename(tmp_path / "old")
+    staged.rename(ready_file.parent)
+    await assert_still_running(watcher)
+    ready_file.unlink()
+    assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
+
+
+async def test_polling_backend_sees_rotation_and_removal(
+    ready_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Filesystems without inotify (some overlay/network mounts) run with watchfiles' polling
+    # backend, selected by the operator through its environment variable. Rename-over then
+    # shows up as "modified", removal as "deleted"; both must be judged by existence alone.
+    monkeypatch.setenv("WATCHFILES_FORCE_POLLING", "1")
+    monkeypatch.setenv("WATCHFILES_POLL_DELAY_MS", "50")
+    task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS))
+    try:
+        await asyncio.sleep(ARM)
+        tmp = ready_file.with_name(".ready.tmp")
+        write(tmp, "replaced\n")
+        os.replace(tmp, ready_file)
+        await assert_still_running(task)
+        ready_file.unlink()
+        assert await result_of(task) == f"readinessindicatorfile {ready_file} was removed"
+    finally:
+        task.cancel()
+
+
+# --- cancellation --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", ["watching", "in-grace", "directory-missing"])
+async def test_cancellation_stops_everything(ready_file: Path, phase: str) -> None:
+    baseline = inotify_fds()
+    settings = ReadinessSettings(poll_interval=0.05, startup_timeout=10.0, rotation_grace=60.0)
+    task = asyncio.create_task(watch_until_removed(str(ready_file), settings))
+    await asyncio.sleep(ARM)
+    if phase == "in-grace":
+        ready_file.unlink()
+    elif phase == "directory-missing":
+        shutil.rmtree(ready_file.parent)
+    await asyncio.sleep(ARM)
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, HANG_GUARD)
+    await wait_inotify_at_most(baseline)
+    # The suite-wide fixture then checks that no asyncio task was left behind.
+
+
+async def test_cancelling_the_startup_wait_stops_everything(tmp_path: Path) -> None:
+    baseline = inotify_fds()
+    task = asyncio.create_task(wait_for_file(str(tmp_path / "never"), SETTINGS))
+    await asyncio.sleep(ARM)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, HANG_GUARD)
+    await wait_inotify_at_most(baseline)
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+def test_defaults_are_upstreams() -> None:
+    settings = ReadinessSettings()
+    assert (settings.poll_interval, settings.startup_timeout) == (1.0, 45.0)
+    assert settings.rotation_grace == 5.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"poll_interval": 0.0}, {"startup_timeout": -1.0}, {"rotation_grace": -0.1}],
+)
+def test_nonsensical_settings_are_rejected(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        ReadinessSettings(**kwargs)
