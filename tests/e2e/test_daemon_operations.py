@@ -128,6 +128,15 @@ async def test_sigterm_lets_an_in_flight_add_finish(
     await asyncio.sleep(0.7)  # the plugin is running
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.1)
+    # Draining: /readyz says 500 (new ADDs wait for a successor), DELs are still served.
+    assert (await daemon.request("GET", "/readyz"))[0] == 500
+    other = pod_env(await netns())
+    status, _ = await daemon.request("GET", "/healthz")
+    assert status == 200
+    deleted = await run_shim(shim_path, "DEL", config, env=other)
+    assert deleted.returncode == 0, deleted
+    await _eventually(lambda: "DEL container=" + other["CNI_CONTAINERID"] in daemon.log(), 10)
     added = await add
     assert added.returncode == 0, added
     assert await asyncio.wait_for(daemon.proc.wait(), 30) == 0
