@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
 from multusd import __version__
 
-SUBCOMMANDS = ("demo", "install-shim", "kubesim")
+SUBCOMMANDS = ("demo", "install-shim", "kubesim", "probe")
 
 
 def version_line(program: str = "multus-daemon") -> str:
@@ -80,6 +81,40 @@ def run_install_shim(argv: Sequence[str]) -> int:
     return 0
 
 
+def run_probe(argv: Sequence[str]) -> int:
+    """``multusd probe [--ready]``: the DaemonSet's exec probes (kubelet cannot speak HTTP over a
+    unix socket). Exit 0 when ``/healthz`` (or ``/readyz``) answers 200, else 1."""
+    from cni_shim import transport
+    from multusd.config.daemon import DEFAULT_CONFIG_PATH, load_daemon_config
+    from multusd.errors import StartupError
+
+    parser = argparse.ArgumentParser(prog="multusd probe", description=run_probe.__doc__)
+    parser.add_argument("--ready", action="store_true", help="check /readyz instead of /healthz")
+    parser.add_argument("-config", "--config", dest="config", default=DEFAULT_CONFIG_PATH)
+    parser.add_argument("--socket-dir", default=None, help="default: the config's socketDir")
+    parser.add_argument("--timeout", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    socket_dir = args.socket_dir
+    if socket_dir is None:
+        try:
+            socket_dir = load_daemon_config(args.config)[0].socket_dir
+        except StartupError as exc:
+            print(f"multusd probe: {exc}", file=sys.stderr)
+            return 1
+    path = "/readyz" if args.ready else "/healthz"
+    try:
+        status, _, _ = transport.post(
+            os.path.join(socket_dir, "multus.sock"), path, b"null", timeout=args.timeout
+        )
+    except transport.TransportError as exc:
+        print(f"multusd probe: {exc}", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"multusd probe: {path} answered {status}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "demo":
@@ -88,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_main(args[1:])
     if args and args[0] == "install-shim":
         return run_install_shim(args[1:])
+    if args and args[0] == "probe":
+        return run_probe(args[1:])
     if args and args[0] == "kubesim":
         from multusd.kubesim.cli import main as kubesim_main
 

@@ -82,3 +82,14 @@ async def test_sigterm_readyz_goes_500_then_exit(start_daemon: StartDaemon) -> N
     daemon = await start_daemon()
     assert daemon.proc is not None
     assert await daemon.stop(signal.SIGINT) == 0
+
+
+async def test_probe_subcommand(start_daemon: StartDaemon, workdir: Path) -> None:
+    """The DaemonSet's exec probes: ``multusd probe`` (/healthz) and ``--ready`` (/readyz)."""
+    daemon = await start_daemon()
+    config = workdir / "daemon-config.json"  # written by the harness
+    assert (await _run("probe", "--config", str(config)))[0] == 0
+    assert (await _run("probe", "--ready", "--socket-dir", daemon.socket_dir))[0] == 0
+    await daemon.stop()
+    code, _out, err = await _run("probe", "--ready", "--socket-dir", daemon.socket_dir)
+    assert code == 1 and "multus.sock" in err
