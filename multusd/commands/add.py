@@ -22,10 +22,10 @@ from multusd.commands.delegate import (
     delegate_add,
     delegate_del,
     device_info_path,
+    record_added_interface,
     runtime_for,
 )
 from multusd.k8s.devices import copy_device_plugin_info, load_device_info
-from multusd.k8s.events import added_interface_message
 from multusd.k8s.pods import PodLookup
 from multusd.networks.delegates import Delegate
 from multusd.networks.gateways import route_actions
@@ -174,15 +174,8 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
         ifnames.append(rt.ifname)
         if results.has_interfaces_or_ips(latest):
             await _default_routes(cmd, netconf, pod_label, delegate, rt.ifname)
+            record_added_interface(services, pod, latest, rt.ifname, delegate.name)
         log.debug("added %s as %s", delegate.name, rt.ifname)
-        if (
-            services.events is not None
-            and pod is not None
-            and results.has_interfaces_or_ips(latest)
-        ):
-            ips = [ip["address"] for ip in latest.get("ips") or []]
-            message = added_interface_message(rt.ifname, ips, delegate.name)
-            services.events.record(pod, "Normal", "AddedInterface", message)
     if services.pods is not None:
         attached = list(zip(delegates, found, ifnames, strict=True))
         with services.metrics.phase("status_write"):

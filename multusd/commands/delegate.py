@@ -22,8 +22,9 @@ from multusd.cni.conf import (
     conflist_from_bytes,
 )
 from multusd.cni.netns import validate_ifname
-from multusd.commands.context import CmdArgs
+from multusd.commands.context import CmdArgs, Services
 from multusd.k8s.devices import device_info_file_path
+from multusd.k8s.events import added_interface_message
 from multusd.networks.delegates import Delegate
 from multusd.networks.netconf import NetConf
 
@@ -174,6 +175,18 @@ def runtime_for(
 def device_info_path(cmd: CmdArgs, delegate: Delegate, ifname: str) -> str:
     """``/var/run/k8s.cni.cncf.io/devinfo/cni/<delegate>-<container>_<ifname>`` (§6.9.2)."""
     return device_info_file_path(delegate.name, cmd.container_id, ifname)
+
+
+def record_added_interface(
+    services: Services, pod: dict[str, Any] | None, result: dict[str, Any], ifname: str, name: str
+) -> None:
+    """Queue upstream's ``AddedInterface`` event (posted in the background; never waited for)."""
+    if services.events is None or pod is None:
+        return
+    ips = [ip["address"] for ip in result.get("ips") or []]
+    services.events.record(
+        pod, "Normal", "AddedInterface", added_interface_message(ifname, ips, name)
+    )
 
 
 async def check_ifname(delegate: Delegate, rt: RuntimeConf) -> None:

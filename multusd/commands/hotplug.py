@@ -17,8 +17,13 @@ from cni_shim.errors import INTERNAL, INVALID_ENVIRONMENT, CNIError
 from multusd.cni.conf import conf_from_bytes, conflist_from_bytes, conflist_from_conf
 from multusd.commands.add import k8s_args_of
 from multusd.commands.context import CmdArgs, Services
-from multusd.commands.delegate import delegate_add, delegate_check, delegate_del, runtime_for
-from multusd.k8s.events import added_interface_message
+from multusd.commands.delegate import (
+    delegate_add,
+    delegate_check,
+    delegate_del,
+    record_added_interface,
+    runtime_for,
+)
 from multusd.networks.delegates import Delegate, delegate_from_bytes, with_cni_args
 from multusd.networks.netconf import NetConf
 
@@ -66,14 +71,8 @@ async def hotplug(
     rt = runtime_for(cmd, k8s, netconf, delegate, 0, env_args=env_args, legacy=cmd.command == "ADD")
     if cmd.command == "ADD":
         result = results.convert(await delegate_add(cni, delegate, rt), results.LATEST)
-        if (
-            services.events is not None
-            and pod is not None
-            and results.has_interfaces_or_ips(result)
-        ):
-            ips = [ip["address"] for ip in result.get("ips") or []]
-            message = added_interface_message(rt.ifname, ips, delegate.name)
-            services.events.record(pod, "Normal", "AddedInterface", message)
+        if results.has_interfaces_or_ips(result):
+            record_added_interface(services, pod, result, rt.ifname, delegate.name)
         return result
     if cmd.command == "DEL":
         await delegate_del(cni, delegate, rt)
