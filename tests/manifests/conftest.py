@@ -1,0 +1,5 @@
+"""The emulator and kubectl fixtures, shared with the emulator's own tests."""
+
+from tests.kubesim.conftest import kubeconfig, kubectl, kubectl_bin, kubesim, short_tmp
+
+__all__ = ["kubeconfig", "kubectl", "kubectl_bin", "kubesim", "short_tmp"]
