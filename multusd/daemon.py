@@ -120,7 +120,11 @@ async def cluster_or_none(
         state.failure = reason
         stop.set()
 
-    settings = ClientSettings(qps=config.kube_client_qps, burst=config.kube_client_burst)
+    settings = ClientSettings(
+        qps=config.kube_client_qps,
+        burst=config.kube_client_burst,
+        protobuf_pods=config.kube_client_protobuf,
+    )
     node = environ.get("MULTUS_NODE_NAME", "")
     if not node:
         log.error("MULTUS_NODE_NAME is not set: caching every pod of the cluster")

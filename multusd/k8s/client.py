@@ -14,6 +14,11 @@ daemon needs is five verbs on raw JSON, so this is those five verbs:
 
 aiohttp speaks HTTP/1.1, so each open watch holds one pooled connection: the pool is sized for
 a couple of watches plus concurrent requests (reference: python-stack §1.7).
+
+With ``protobuf_pods``, pod reads (get, list, watch) ask for Kubernetes protobuf first and JSON
+second, and each response is decoded by its Content-Type: protobuf through ``multusd.kproto``
+(which returns pods already trimmed to what the daemon reads), anything else as JSON. Every
+other request, NADs included (CRDs have no protobuf form), stays JSON.
 """
 
 from __future__ import annotations
@@ -34,13 +39,14 @@ from typing import Any
 
 import aiohttp
 
-from multusd import __version__
+from multusd import __version__, kproto
 from multusd.errors import StartupError
 from multusd.k8s.errors import (
     ApiError,
     TransportError,
     error_from_response,
     error_from_status,
+    parse_retry_after,
 )
 from multusd.k8s.kubeconfig import ClusterConfig, load_cluster_config
 from multusd.k8s.ratelimit import BucketStatistics, TokenBucket
@@ -60,6 +66,8 @@ Obj = dict[str, Any]
 TOKEN_RECHECK = 60.0  # seconds between token-file mtime checks (kubernetes_asyncio: 1 min)
 _WAIT_LOG_THRESHOLD = 0.010  # bucket waits above this are logged at debug
 _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+# client-go's order: protobuf preferred, JSON for whatever has no protobuf form.
+PROTOBUF_ACCEPT = f"{kproto.MEDIA_TYPE}, application/json"
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class ClientSettings:
     watch_read_timeout: float = 90.0  # max silence on a watch stream (socket read)
     user_agent: str = "multusd"
     pool_size: int = 16  # connections; each open watch holds one
+    protobuf_pods: bool = False  # ask for protobuf on pod get/list/watch (JSON fallback)
 
 
 @dataclass(frozen=True)
@@ -278,6 +287,8 @@ class KubeClient:
         if waited > _WAIT_LOG_THRESHOLD:
             log.debug("waited %.3f s for the API rate limit: %s %s", waited, key[0], key[1])
         headers: dict[str, str] = {}
+        if self.settings.protobuf_pods and key[1] == "pods" and key[0] in ("get", "list", "watch"):
+            headers["Accept"] = PROTOBUF_ACCEPT
         token = await self._token.current()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -315,15 +326,19 @@ class KubeClient:
             ) as resp:
                 payload = await resp.read()
                 status = resp.status
+                media = resp.content_type
                 if status >= 400:
                     self._statuses[status] += 1
-                    raise error_from_response(status, payload, resp.headers)
+                    raise _error(status, payload, resp.headers, media)
         except _TRANSPORT_ERRORS as exc:
             self._statuses[0] += 1
             raise _transport_error(method, key, exc) from exc
         self._statuses[status] += 1
         try:
-            decoded = json.loads(payload) if payload else {}
+            if media == kproto.MEDIA_TYPE:
+                decoded = kproto.decode(payload)
+            else:
+                decoded = json.loads(payload) if payload else {}
         except ValueError as exc:
             raise ApiError(
                 f"undecodable response to {method} {path}: {exc}", status=status
@@ -354,10 +369,13 @@ class KubeClient:
                     payload = await resp.read()
                 except _TRANSPORT_ERRORS:
                     payload = b""
-                raise error_from_response(resp.status, payload, resp.headers)
+                raise _error(resp.status, payload, resp.headers, resp.content_type)
             self._statuses[resp.status] += 1
             self._watches_open += 1
-            events = _events(resp, key)
+            if resp.content_type == kproto.MEDIA_TYPE:
+                events = _protobuf_events(resp, key)
+            else:
+                events = _events(resp, key)
             try:
                 yield events
             finally:
@@ -386,6 +404,46 @@ async def _events(resp: aiohttp.ClientResponse, key: tuple[str, str]) -> AsyncGe
         raise _transport_error("GET", key, exc) from exc
     if buffer.strip():
         yield _decode_event(bytes(buffer), key)
+
+
+async def _protobuf_events(
+    resp: aiohttp.ClientResponse, key: tuple[str, str]
+) -> AsyncGenerator[Obj, None]:
+    """Length-prefixed protobuf watch frames, decoded to the same events as the JSON path
+    (objects already trimmed)."""
+    reader = kproto.WatchFrameReader()
+    try:
+        async for chunk in resp.content.iter_any():
+            try:
+                events = reader.feed(chunk)
+            except ValueError as exc:
+                raise TransportError(f"undecodable watch event on {key[1]}: {exc}") from exc
+            for event in events:
+                if event["type"] == "ERROR":
+                    raise error_from_status(event["object"])
+                yield event
+    except _TRANSPORT_ERRORS as exc:
+        raise _transport_error("GET", key, exc) from exc
+    try:
+        reader.close()
+    except ValueError as exc:
+        raise TransportError(f"watch on {key[1]} ended inside an event: {exc}") from exc
+
+
+def _error(status: int, payload: bytes, headers: Mapping[str, str], media: str) -> ApiError:
+    """The error of a failed response, its Status read in whichever encoding it came."""
+    if media == kproto.MEDIA_TYPE:
+        try:
+            status_obj = kproto.decode_status(payload)
+        except ValueError:
+            pass
+        else:
+            err = error_from_status(status_obj, http_status=status)
+            retry_after = parse_retry_after(headers.get("Retry-After"))
+            if retry_after is not None:
+                err.retry_after = retry_after
+            return err
+    return error_from_response(status, payload, headers)
 
 
 def _decode_event(line: bytes, key: tuple[str, str]) -> Obj:

@@ -53,6 +53,7 @@ def _record(request: web.Request, info: RequestInfo | None) -> RequestRecord:
         namespace=(target.namespace or "") if isinstance(target, routes.Target) else "",
         name=(target.name or "") if isinstance(target, routes.Target) else "",
         user_agent=request.headers.get("User-Agent", ""),
+        accept=request.headers.get("Accept", ""),
     )
 
 
@@ -69,6 +70,17 @@ def _authenticated(request: web.Request, state: State) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
 
 
+_RECORD_KEY = web.RequestKey("kubesim_record", RequestRecord)
+
+
+async def _note_content_type(request: web.Request, response: web.StreamResponse) -> None:
+    """The negotiated encoding goes into the request log as the response starts (a watch is
+    logged while it is still open)."""
+    record = request.get(_RECORD_KEY)
+    if record is not None:
+        record.content_type = response.headers.get("Content-Type", "")
+
+
 @web.middleware
 async def api_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     state = request.app[STATE_KEY]
@@ -81,6 +93,7 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         return error_response(err)
     record = state.stats.begin(_record(request, info))
     request[INFO_KEY] = info
+    request[_RECORD_KEY] = record
     status = 500
     try:
         if not _authenticated(request, state):
@@ -98,7 +111,7 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         return resp
     except ApiError as err:
         status = err.code
-        return error_response(err)
+        return error_response(err, request)
     except web.HTTPException as exc:
         status = exc.status
         raise
@@ -144,6 +157,7 @@ def build_app(state: State) -> web.Application:
         middlewares=[api_middleware], client_max_size=state.settings.max_body_bytes
     )
     app[STATE_KEY] = state
+    app.on_response_prepare.append(_note_content_type)
     app.router.add_get("/version", _version)
     for path in ("/healthz", "/livez", "/readyz"):
         app.router.add_get(path, _health)

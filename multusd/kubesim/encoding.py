@@ -1,10 +1,12 @@
 """Wire encodings and content negotiation.
 
-Objects are kept encoded (see ``store``), so a response is mostly joining stored bytes. Only JSON
-exists today; an encoder is chosen per request from ``Accept`` through ``negotiate`` so that a
-protobuf encoder can be registered later without touching the handlers. A client that lists
-protobuf first and JSON second (client-go's default) gets JSON, exactly as a real apiserver does
-for custom resources.
+Objects are kept encoded as JSON (see ``store``), so a JSON response is mostly joining stored
+bytes. An encoder is chosen per request from ``Accept`` through ``negotiate``. Protobuf
+(``multusd.kproto``) exists for pods only, and only for reads (get, list, watch): a client that
+lists protobuf first gets it there, and JSON everywhere else, exactly as a real apiserver does
+for custom resources, which have no protobuf form. Protobuf bodies are converted from the
+stored JSON on the way out; the bare Pod messages are cached per stored JSON object, so a big
+list costs one conversion per object version, not one per request.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from multusd import kproto
 from multusd.kubesim.errors import bad_request, not_acceptable
 
 JSON_MEDIA_TYPE = "application/json"
+PROTOBUF_MEDIA_TYPE = kproto.MEDIA_TYPE
+_PROTO_CACHE_SIZE = 100_000  # bare Pod messages kept, keyed by their stored JSON bytes
 
 
 def dumps(obj: Any) -> bytes:
@@ -53,8 +58,64 @@ class Encoder:
     def object(self, obj: Any) -> bytes:
         return dumps(obj)
 
+    @property
+    def stream_media_type(self) -> str:
+        """The Content-Type of a watch stream in this encoding."""
+        return self.media_type
+
 
 JSON = Encoder(JSON_MEDIA_TYPE)
+
+
+_pod_messages: dict[bytes, bytes] = {}
+
+
+def _pod_message(raw: bytes) -> bytes:
+    """The bare protobuf Pod of one stored JSON pod, cached (bytes cache their own hash)."""
+    message = _pod_messages.get(raw)
+    if message is None:
+        message = kproto.pod_message(json.loads(raw))
+        if len(_pod_messages) >= _PROTO_CACHE_SIZE:
+            del _pod_messages[next(iter(_pod_messages))]  # oldest first: dicts keep order
+        _pod_messages[raw] = message
+    return message
+
+
+@dataclass(frozen=True, slots=True)
+class ProtobufEncoder(Encoder):
+    """Pods (and the Status of a watch ERROR) as Kubernetes protobuf, from stored JSON."""
+
+    def list_body(
+        self, api_version: str, kind: str, meta: dict[str, Any], items: Iterable[bytes]
+    ) -> bytes:
+        remaining = meta.get("remainingItemCount")
+        message = kproto.pod_list_message(
+            (_pod_message(raw) for raw in items),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            continue_token=str(meta.get("continue") or ""),
+            remaining_item_count=remaining if isinstance(remaining, int) else None,
+        )
+        return kproto.wrap(kind, message, api_version)
+
+    def watch_event(self, event_type: str, obj: bytes) -> bytes:
+        # A watch carries pods (cached conversion) and, on ERROR, a Status the emulator just
+        # rendered itself with "kind" first, so a prefix test tells them apart cheaply.
+        if obj.startswith(b'{"kind":"Status"'):
+            status = kproto.encode_status(json.loads(obj))
+            return kproto.encode_watch_event(event_type, status)
+        return kproto.encode_watch_event(event_type, kproto.wrap("Pod", _pod_message(obj)))
+
+    def object(self, obj: Any) -> bytes:
+        if isinstance(obj, bytes):
+            return kproto.wrap("Pod", _pod_message(obj))
+        return kproto.encode_object(obj)
+
+    @property
+    def stream_media_type(self) -> str:
+        return kproto.STREAM_MEDIA_TYPE
+
+
+PROTOBUF = ProtobufEncoder(PROTOBUF_MEDIA_TYPE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +138,12 @@ def parse_accept(header: str) -> list[MediaRange]:
     return ranges
 
 
-def negotiate(accept: str | None) -> tuple[Encoder, MediaRange | None]:
+def negotiate(accept: str | None, *, protobuf: bool = False) -> tuple[Encoder, MediaRange | None]:
     """Pick the encoder for ``Accept``; returns the matching range too (it may ask for a Table).
 
     Ranges are taken in the client's order (client-go lists its preference first); ranges we
     cannot produce are skipped, and nothing producible at all is a 406 like the apiserver's.
+    ``protobuf`` says whether this request can be answered in protobuf (pod reads only).
     """
     if not accept:
         return JSON, None
@@ -89,6 +151,8 @@ def negotiate(accept: str | None) -> tuple[Encoder, MediaRange | None]:
     for r in ranges:
         if r.type in (JSON_MEDIA_TYPE, "application/*", "*/*"):
             return JSON, r
+        if protobuf and r.type == PROTOBUF_MEDIA_TYPE and "as" not in r.params:
+            return PROTOBUF, r
     raise not_acceptable(accept)
 
 

@@ -45,7 +45,35 @@ def _json(body: bytes, status: int = 200, headers: dict[str, str] | None = None)
     return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
-def error_response(err: ApiError) -> web.Response:
+def _encoded(encoder: Encoder, body: bytes) -> web.Response:
+    return web.Response(body=body, content_type=encoder.media_type)
+
+
+def _protobuf_capable(target: Target, verb: str) -> bool:
+    """Only pod reads have a protobuf form here (the apiserver has none for CRDs at all)."""
+    rt = target.rt
+    return rt.group == "" and rt.kind == "Pod" and verb in ("get", "list", "watch")
+
+
+def error_response(err: ApiError, request: web.Request | None = None) -> web.Response:
+    """The Status of a failure, in protobuf when the failed request was a pod read that asked
+    for protobuf (as the apiserver answers), else JSON."""
+    info = request.get(INFO_KEY) if request is not None else None
+    if request is not None and info is not None and isinstance(info.target, Target):
+        accept = request.headers.get("Accept")
+        if accept and _protobuf_capable(info.target, info.verb):
+            try:
+                encoder = negotiate(accept, protobuf=True)[0]
+            except ApiError:
+                encoder = JSON
+            if encoder is not JSON:
+                body = encoder.object(err.status())
+                return web.Response(
+                    body=body,
+                    status=err.code,
+                    content_type=encoder.media_type,
+                    headers=err.headers or None,
+                )
     return _json(JSON.object(err.status()), err.code, err.headers or None)
 
 
@@ -103,7 +131,9 @@ def _reject_dry_run(request: web.Request) -> None:
 async def _resource(
     request: web.Request, state: State, target: Target, verb: str
 ) -> web.StreamResponse:
-    encoder, accepted = negotiate(request.headers.get("Accept"))
+    encoder, accepted = negotiate(
+        request.headers.get("Accept"), protobuf=_protobuf_capable(target, verb)
+    )
     table = accepted is not None and wants_table(accepted)
     include = request.query.get("includeObject", "Metadata")
     if verb in ("list", "watch", "deletecollection"):
@@ -118,6 +148,8 @@ async def _resource(
         if table:
             meta = {"resourceVersion": str(entry.rv)}
             return _json(encoder.object(table_for(rt, meta, [entry.raw], include)))
+        if encoder is not JSON:
+            return _encoded(encoder, encoder.object(entry.raw))
         return _json(entry.raw)
     _reject_dry_run(request)
     if verb == "create":
@@ -194,7 +226,7 @@ async def _collection(
         list_meta["remainingItemCount"] = page.remaining
     if table:
         return _json(encoder.object(table_for(rt, list_meta, page.items, include)))
-    return _json(encoder.list_body(rt.api_version, rt.list_kind, list_meta, page.items))
+    return _encoded(encoder, encoder.list_body(rt.api_version, rt.list_kind, list_meta, page.items))
 
 
 async def _delete_options(request: web.Request) -> dict[str, Any]:

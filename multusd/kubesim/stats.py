@@ -27,8 +27,10 @@ class RequestRecord:
     namespace: str
     name: str
     user_agent: str
+    accept: str = ""
     code: int = 0
     duration: float = 0.0
+    content_type: str = ""  # of the response (shows which encoding was negotiated)
 
 
 class Stats:

@@ -1,4 +1,5 @@
-"""The watch stream: newline-delimited JSON events over a chunked 200 response.
+"""The watch stream: newline-delimited JSON events (or protobuf frames, for pods when asked)
+over a chunked 200 response.
 
 Like the apiserver's watch cache: ``resourceVersion`` "" or "0" starts with the current state as
 ADDED events; a version inside the history window resumes after it; an older one gets an ERROR
@@ -73,7 +74,7 @@ def _bookmark(rt: ResourceType, rv: int, annotations: dict[str, str] | None = No
 
 
 async def _start(request: web.Request, encoder: Encoder) -> web.StreamResponse:
-    resp = web.StreamResponse(status=200, headers={"Content-Type": encoder.media_type})
+    resp = web.StreamResponse(status=200, headers={"Content-Type": encoder.stream_media_type})
     resp.enable_chunked_encoding()
     await resp.prepare(request)
     return resp

@@ -98,6 +98,27 @@ async def test_cached_pod_costs_no_reads_and_one_status_patch(
     assert "eth0" not in await addresses(name)
 
 
+async def test_protobuf_pod_cache(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    """The same zero-read ADD with pods read as Kubernetes protobuf."""
+    uid = _create_pod(kubesim, "web")
+    daemon = await _start(start_daemon, kubesim, workdir, conflist_file, kubeClientProtobuf=True)
+    pod_reads = [r for r in kubesim.stats.requests() if r.resource == "pods"]
+    assert pod_reads and all("protobuf" in r.content_type for r in pod_reads if r.verb == "list")
+    env = _uid_env(await netns(), "web", uid)
+    kubesim.stats.reset()
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    assert kubesim.stats.count("get", "pods") == 0
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+
+
 async def test_pod_hidden_from_the_watch_is_found_by_the_fallback_get(
     start_daemon: StartDaemon,
     kubesim: KubeSim,

@@ -1,0 +1,259 @@
+"""Pods over Kubernetes protobuf: the client against the emulator, and the whole reflector
+suite again with protobuf negotiated.
+
+The reflector's own tests (``test_reflector.py``) are loaded from their file and collected
+here a second time, with this module's ``client`` fixture: the same list, watch, bookmark,
+410-relist and fault scenarios, with every pod read going over protobuf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import aiohttp
+import pytest
+
+from multusd import kproto
+from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
+from multusd.k8s.errors import NotFound, TooManyRequests
+from multusd.k8s.reflector import Reflector, ReflectorSettings
+from multusd.k8s.store import Store, trim_pod
+from multusd.kubesim import ErrorRule, KubeSim, Settings
+
+
+def _load_reflector_suite() -> ModuleType:
+    path = Path(__file__).with_name("test_reflector.py")
+    spec = importlib.util.spec_from_file_location("_reflector_suite_protobuf", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_suite = _load_reflector_suite()
+# Every reflector test, collected again here (and so run with the protobuf ``client`` below).
+globals().update({name: obj for name, obj in vars(_suite).items() if name.startswith("test_")})
+
+PODS = "/api/v1/pods"
+NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
+NODE = "node1"
+PROTOBUF_SETTINGS = ClientSettings(request_timeout=10.0, protobuf_pods=True)
+FAST = ReflectorSettings(
+    page_size=7, watch_timeout=(2.0, 3.0), inactivity_timeout=1.5, backoff=(0.05, 0.4)
+)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[KubeSim]:
+    async with KubeSim(Settings(bookmark_interval=0.3)) as emulator:
+        yield emulator
+
+
+async def _client(sim: KubeSim, tmp: Path, settings: ClientSettings) -> KubeClient:
+    kubeconfig = await sim.write_kubeconfig(tmp / "kubeconfig")
+    return KubeClient(load_cluster_config(str(kubeconfig), environ={}), settings)
+
+
+@pytest.fixture
+async def client(sim: KubeSim, short_tmp: Path) -> AsyncIterator[KubeClient]:
+    async with await _client(sim, short_tmp, PROTOBUF_SETTINGS) as api:
+        yield api
+
+
+@pytest.fixture
+async def json_client(sim: KubeSim, short_tmp: Path) -> AsyncIterator[KubeClient]:
+    async with await _client(sim, short_tmp, ClientSettings(request_timeout=10.0)) as api:
+        yield api
+
+
+@pytest.fixture(autouse=True)
+def _pod_reads_went_over_protobuf(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test whose only client is the protobuf one: every pod read asked for
+    protobuf first, and every one that succeeded was answered in it."""
+    names = request.fixturenames
+    checked = "client" in names and "sim" in names and "json_client" not in names
+    emulator: KubeSim | None = request.getfixturevalue("sim") if checked else None
+    yield
+    if emulator is None:
+        return
+    reads = [
+        r
+        for r in emulator.stats.requests()
+        if r.resource == "pods" and not r.subresource and r.verb in ("get", "list", "watch")
+    ]
+    assert all(r.accept.startswith(kproto.MEDIA_TYPE) for r in reads)
+    answered = [r for r in reads if r.content_type and r.code < 400]
+    assert all(r.content_type.startswith(kproto.MEDIA_TYPE) for r in answered), answered
+    assert answered or not any(r.code == 200 for r in reads)
+
+
+def pod(name: str, node: str = NODE, **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"app": "x"},
+            "annotations": {"k8s.v1.cni.cncf.io/networks": "macvlan", **annotations},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+
+async def _sync(reflector: Reflector) -> asyncio.Task[None]:
+    task = asyncio.create_task(reflector.run())
+    async with asyncio.timeout(10):
+        await reflector.store.synced.wait()
+    return task
+
+
+async def _stop(*tasks: asyncio.Task[None]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _pod_requests(sim: KubeSim, verb: str) -> list[Any]:
+    return [r for r in sim.stats.requests() if r.verb == verb and r.resource == "pods"]
+
+
+async def test_protobuf_store_equals_the_json_store(
+    sim: KubeSim, client: KubeClient, json_client: KubeClient
+) -> None:
+    """Two reflectors, one per encoding, through a list in pages, live events, a bookmark,
+    an expired watch (410 → relist) and deletes: both caches hold the same dicts."""
+    for i in range(20):
+        sim.create(pod(f"p{i}", node=NODE if i % 2 else "node2", i=str(i)))
+    pb_store, json_store = Store(), Store()
+    pb = Reflector(client, PODS, pb_store, trim=trim_pod, settings=FAST)
+    js = Reflector(json_client, PODS, json_store, trim=trim_pod, settings=FAST, name="json")
+    tasks = [await _sync(pb), await _sync(js)]
+    try:
+        assert pb_store.items() and sorted(pb_store.items(), key=str) == sorted(
+            json_store.items(), key=str
+        )
+        for i in range(10):
+            sim.patch("pods", "default", f"p{i}", {"metadata": {"annotations": {"n": str(i)}}})
+            sim.create(pod(f"late{i}"))
+        sim.delete("pods", "default", "p3")
+        await asyncio.sleep(0.5)  # a bookmark every 0.3 s
+        sim.compact()
+        sim.expire_next_watches(2)
+        sim.drop_watches()
+        sim.create(pod("after-relist"))
+        async with asyncio.timeout(10):
+            while (
+                pb.statistics().relists_410 == 0
+                or js.statistics().relists_410 == 0
+                or pb_store.get("default", "after-relist") is None
+                or json_store.get("default", "after-relist") is None
+            ):
+                await asyncio.sleep(0.02)
+        expected = {str(o["metadata"]["name"]): trim_pod(o) for o in _all_pods(sim)}
+        assert {o["metadata"]["name"]: o for o in pb_store.items()} == expected
+        assert {o["metadata"]["name"]: o for o in json_store.items()} == expected
+        assert pb.statistics().bookmarks > 0 and pb.statistics().lists >= 2
+        assert pb_store.resource_version == json_store.resource_version
+    finally:
+        await _stop(*tasks)
+
+    # The request log shows what each client negotiated.
+    for verb in ("list", "watch"):
+        requests = _pod_requests(sim, verb)
+        pb_requests = [r for r in requests if r.accept.startswith(kproto.MEDIA_TYPE)]
+        json_requests = [r for r in requests if r not in pb_requests]
+        assert pb_requests and json_requests
+        expected_type = kproto.STREAM_MEDIA_TYPE if verb == "watch" else kproto.MEDIA_TYPE
+        assert {r.content_type for r in pb_requests} == {expected_type}
+        assert {r.content_type for r in json_requests} == {"application/json"}
+
+
+def _all_pods(sim: KubeSim) -> list[dict[str, Any]]:
+    rt = sim.state.registry.by_path("", "v1", "pods")
+    assert rt is not None
+    return [sim.get("pods", e.namespace, e.name) for e in sim.store.iter_entries(rt)]
+
+
+async def test_get_and_list_over_protobuf(sim: KubeSim, client: KubeClient) -> None:
+    created = sim.create(pod("one", note="ü ✓"))
+    got = await client.get("/api/v1/namespaces/default/pods/one")
+    assert got == trim_pod(created)
+    listing = await client.get(PODS, {"limit": "1"})
+    assert listing["items"] == [trim_pod(created)]
+    assert listing["metadata"]["resourceVersion"]
+    (request,) = _pod_requests(sim, "get")
+    assert request.content_type == kproto.MEDIA_TYPE
+    with pytest.raises(NotFound):
+        await client.get("/api/v1/namespaces/default/pods/missing")
+
+
+async def test_nads_and_writes_stay_json(sim: KubeSim, client: KubeClient) -> None:
+    """CRDs have no protobuf form; the client only asks for it on pod reads."""
+    sim.create(
+        {
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": "macvlan", "namespace": "default"},
+            "spec": {"config": "{}"},
+        }
+    )
+    nads = await client.get(NADS)
+    assert [n["metadata"]["name"] for n in nads["items"]] == ["macvlan"]
+    sim.create(pod("w"))
+    patched = await client.patch(
+        "/api/v1/namespaces/default/pods/w", {"metadata": {"labels": {"a": "b"}}}
+    )
+    assert patched["metadata"]["labels"] == {"app": "x", "a": "b"}  # the full JSON object
+    for record in sim.stats.requests():
+        if record.resource == "network-attachment-definitions" or record.verb == "patch":
+            assert record.content_type.startswith("application/json")
+            assert not record.accept.startswith(kproto.MEDIA_TYPE)
+
+
+async def test_emulator_negotiation(sim: KubeSim) -> None:
+    """What a real apiserver does with Accept: protobuf for pods when listed first, JSON when
+    JSON comes first, protobuf-only for a CRD is 406."""
+    sim.create(pod("neg"))
+    async with aiohttp.ClientSession() as http:
+        url = f"{sim.url}/api/v1/namespaces/default/pods/neg"
+        async with http.get(url, headers={"Accept": kproto.MEDIA_TYPE}) as resp:
+            assert resp.content_type == kproto.MEDIA_TYPE
+            assert kproto.decode_pod(await resp.read())["metadata"]["name"] == "neg"
+        both = f"application/json, {kproto.MEDIA_TYPE}"
+        async with http.get(url, headers={"Accept": both}) as resp:
+            assert resp.content_type == "application/json"
+        async with http.get(f"{sim.url}{NADS}", headers={"Accept": kproto.MEDIA_TYPE}) as resp:
+            assert resp.status == 406
+        # A failed pod read that asked for protobuf gets its Status in protobuf.
+        async with http.get(url + "x", headers={"Accept": kproto.MEDIA_TYPE}) as resp:
+            assert resp.status == 404
+            assert resp.content_type == kproto.MEDIA_TYPE
+            status = kproto.decode_status(await resp.read())
+        assert (status["code"], status["reason"]) == (404, "NotFound")
+        assert status["details"] == {"name": "negx", "kind": "pods"}
+
+
+async def test_protobuf_error_statuses_become_typed_errors(
+    sim: KubeSim, client: KubeClient
+) -> None:
+    sim.faults.errors.append(ErrorRule(429, verb="get", resource="pods", count=1, retry_after=3))
+    with pytest.raises(TooManyRequests) as caught:
+        await client.get("/api/v1/namespaces/default/pods/any")
+    assert caught.value.retry_after == 3
+    (record,) = _pod_requests(sim, "get")
+    assert record.content_type == kproto.MEDIA_TYPE  # the Status came in protobuf
