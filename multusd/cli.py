@@ -73,9 +73,26 @@ def run_install_shim(argv: Sequence[str]) -> int:
     parser.add_argument("--dest", default="/opt/cni/bin", help="directory (default %(default)s)")
     parser.add_argument("--interpreter", default="/usr/bin/python3")
     parser.add_argument("--name", default="multus-shim")
+    parser.add_argument(
+        "--bundle",
+        action="store_true",
+        help="also install a private interpreter next to the shim: for hosts without Python",
+    )
+    parser.add_argument(
+        "--host-dir",
+        default=None,
+        help="with --bundle: where --dest is on the host (e.g. /opt/cni/bin when --dest is "
+        "/host/opt/cni/bin in an init container)",
+    )
     args = parser.parse_args(argv)
     from pathlib import Path
 
+    if args.bundle:
+        from multusd.shim_bundle import install_host_shim
+
+        host = Path(args.host_dir) if args.host_dir else None
+        print(install_host_shim(Path(args.dest), host_dest_dir=host))
+        return 0
     path = install_shim(Path(args.dest), interpreter=args.interpreter, name=args.name)
     print(path)
     return 0

@@ -218,9 +218,10 @@ def test_daemon_paths_reach_the_host_where_the_host_side_expects_them() -> None:
 
 def test_init_container_installs_the_shim_into_the_daemons_bin_dir() -> None:
     init = container("install-multus-shim", init=True)
-    assert init["command"][:2] == [MULTUSD, "install-shim"]
+    assert init["command"][:3] == [MULTUSD, "install-shim", "--bundle"]  # hosts without Python
     dest = init["command"][init["command"].index("--dest") + 1]
-    assert host_path(init, dest)[0] == daemon_config().bin_dir == "/opt/cni/bin"
+    host_dir = init["command"][init["command"].index("--host-dir") + 1]
+    assert host_path(init, dest)[0] == host_dir == daemon_config().bin_dir == "/opt/cni/bin"
     assert init["image"] == container("kube-multus")["image"]
 
 
