@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import informer, kube_requests, kubesim_scale, memory, skeleton
+from bench import host_shim, informer, kube_requests, kubesim_scale, memory, skeleton
 
 BENCHMARKS = {
     "skeleton": skeleton.main,
@@ -12,6 +12,7 @@ BENCHMARKS = {
     "kube_requests": kube_requests.main,
     "memory": memory.main,
     "informer": informer.main,
+    "host_shim": host_shim.main,
 }
 
 
