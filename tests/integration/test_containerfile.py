@@ -140,6 +140,7 @@ def test_builder_context_builds_the_wheel(tmp_path: Path) -> None:
     )
     prefix = tmp_path / "install"
     (wheel,) = dist.glob(f"{PYPROJECT['project']['name']}-*.whl")
+    # --ignore-installed: under tox the same version is already in the venv and pip would no-op.
     subprocess.run(
         [
             sys.executable,
@@ -148,6 +149,7 @@ def test_builder_context_builds_the_wheel(tmp_path: Path) -> None:
             "install",
             "-q",
             "--no-deps",
+            "--ignore-installed",
             "--prefix",
             str(prefix),
             str(wheel),
@@ -156,7 +158,9 @@ def test_builder_context_builds_the_wheel(tmp_path: Path) -> None:
         capture_output=True,
         timeout=300,
     )
-    assert (prefix / "bin/multusd").is_file()
-    site = prefix / f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    # Debian's interpreter puts a --prefix install under <prefix>/local/; the image's does not.
+    (script,) = [p for p in prefix.rglob("multusd") if p.parent.name == "bin"]
+    assert script.is_file()
+    (site,) = {p.parent for p in prefix.rglob("multusd") if p.parent.name == "site-packages"}
     for module in ("multusd/shim_bundle.py", "multusd/cli.py", "cni_shim/__main__.py"):
         assert (site / module).is_file(), module
