@@ -4,8 +4,12 @@ and no test may leave asyncio tasks running behind it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
+import pytest
 import pytest_asyncio
 
 
@@ -20,3 +24,11 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
     for task in leaked:
         task.cancel()
     assert not leaked, f"test leaked tasks: {leaked}"
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A directory right under /tmp: unix socket paths must fit in 108 bytes; tmp_path may not."""
+    path = Path(tempfile.mkdtemp(prefix="mt-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -17,19 +17,7 @@ from multusd import logs
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d) \[(\w+)\] (.*)$")
 
 
-@pytest.fixture(autouse=True)
-def _restore_logger() -> Iterator[None]:
-    logger = logging.getLogger("multusd")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logs.shutdown()
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        handler.close()
-    for handler in saved[0]:
-        logger.addHandler(handler)
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
+pytestmark = pytest.mark.usefixtures("restore_logger")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import datetime
 import gzip
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,20 +13,7 @@ import pytest
 from multusd import logs
 from multusd.config.daemon import LogOptions
 
-
-@pytest.fixture(autouse=True)
-def _restore_logger() -> Iterator[None]:
-    logger = logging.getLogger("multusd")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logs.shutdown()
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        handler.close()
-    for handler in saved[0]:
-        logger.addHandler(handler)
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
+pytestmark = pytest.mark.usefixtures("restore_logger")
 
 
 def record(msg: str) -> logging.LogRecord:

@@ -12,13 +12,11 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypedDict
@@ -142,13 +140,6 @@ REPLY = list_response(
 # ---- the fake kubelet ------------------------------------------------------------------------
 
 Handler = Callable[[bytes, grpc.aio.ServicerContext[bytes, bytes]], Awaitable[bytes]]
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="dv-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @asynccontextmanager

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -48,13 +46,6 @@ PROTOBUF_SETTINGS = ClientSettings(request_timeout=10.0, protobuf_pods=True)
 FAST = ReflectorSettings(
     page_size=7, watch_timeout=(2.0, 3.0), inactivity_timeout=1.5, backoff=(0.05, 0.4)
 )
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +29,6 @@ SIM_SETTINGS = Settings(bookmark_interval=0.3)
 FAST = ReflectorSettings(
     page_size=7, watch_timeout=(2.0, 3.0), inactivity_timeout=1.5, backoff=(0.05, 0.4)
 )
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="rf-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
