@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,12 @@ from multusd.cni.invoke import SubprocessExecutor
 from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
 from multusd.config.manager import ConfigManager, install_static_config
-from multusd.config.readiness import ReadinessSettings, wait_for_file, watch_until_removed
+from multusd.config.readiness import (
+    ReadinessSettings,
+    stat_per_request,
+    wait_for_file,
+    watch_until_removed,
+)
 from multusd.errors import EXIT_READINESS_LOST, EXIT_SERVER, StartupError
 from multusd.k8s.client import ClientSettings, ClusterConfig
 from multusd.k8s.cluster import Cluster, running_cluster
@@ -150,7 +155,10 @@ async def serving(
         pods = PodLookup(
             cluster.client,
             cluster.pods,
-            PodLookupSettings(live_get_timeout=config.pod_get_timeout),
+            PodLookupSettings(
+                live_get_timeout=config.pod_get_timeout,
+                direct_get=config.benchmark_direct_pod_get,
+            ),
         )
         events = cluster.events
         networks = KubeNetworks(
@@ -176,6 +184,7 @@ async def serving(
         ignore_readiness=config.is_auto,
         state=state,
         gate=RequestGate(config.connection_limit),
+        readiness_check=_readiness_stat(config),
     )
     app = build_app(handlers, max_request_bytes=config.max_request_bytes, metrics=metrics)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -186,6 +195,15 @@ async def serving(
         yield runner
     finally:
         await runner.cleanup()
+
+
+def _readiness_stat(config: DaemonConfig) -> Callable[[], Awaitable[None]] | None:
+    """The per-request readiness stat of ``benchmarkReadinessStat``, or ``None`` (the watch)."""
+    path = config.readiness_indicator_file
+    if not (path and config.benchmark_readiness_stat):
+        return None
+    settings = ReadinessSettings()
+    return lambda: stat_per_request(path, settings)
 
 
 async def _wait_idle(state: DaemonState, limit: float) -> None:
@@ -302,7 +320,7 @@ async def run(
                 if manager is not None:
                     await manager.write_config()
                     _own(tasks, manager.watch(), "config-watch", task_done)
-                if config.readiness_indicator_file:
+                if config.readiness_indicator_file and not config.benchmark_readiness_stat:
                     watch = watch_until_removed(config.readiness_indicator_file, readiness)
                     _own(tasks, watch, "readiness-watch", task_done)
                 await stop.wait()

@@ -129,6 +129,13 @@ class DaemonConfig(NetworkKeys):
     it, so pods created while the daemon restarts get only the primary network; keeping it makes
     them fail (and be retried by the kubelet) until the daemon is back instead."""
 
+    benchmark_direct_pod_get: bool = json_field("benchmarkDirectPodGet", False)
+    """*multusd*, benchmark-only: read every request's pod with a live GET, ignoring the watch
+    cache (the seed's behaviour), so the cache's saving can be measured A/B."""
+    benchmark_readiness_stat: bool = json_field("benchmarkReadinessStat", False)
+    """*multusd*, benchmark-only: instead of watching ``readinessindicatorfile``, stat it on
+    every ADD and CHECK, polling each second for up to 45 s (the seed's behaviour)."""
+
     extra: dict[str, Any] = json_field("", factory=dict)
     """Keys no field claims, as they were (they still take part in the override)."""
 

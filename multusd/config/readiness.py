@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from watchfiles import awatch
 
+from cni_shim.errors import INTERNAL, CNIError
 from multusd.errors import EXIT_CONFIG, StartupError
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,7 @@ async def wait_for_file(path: str, settings: ReadinessSettings) -> None:
     """Return once ``path`` exists; raise ``StartupError`` (exit 1) after ``startup_timeout``.
 
     Upstream polls every second; we react to the directory watch at once and still re-check
-    every ``poll_interval``, so the daemon starts as soon as the primary network is ready. The
-    message keeps the configured (raw) path and upstream's wording, since operators search for it.
+    every ``poll_interval``, so the daemon starts as soon as the primary network is ready.
     """
     target = _resolve(path)
     try:
@@ -90,11 +90,31 @@ async def wait_for_file(path: str, settings: ReadinessSettings) -> None:
         # One last look: the file may have appeared just as the budget ran out.
         if await _exists(target):
             return
-    raise StartupError(
+    raise StartupError(_not_ready(path), EXIT_CONFIG)
+
+
+async def stat_per_request(path: str, settings: ReadinessSettings) -> None:
+    """The seed's per-request check, kept as a benchmark-only switch (``benchmarkReadinessStat``).
+
+    Every ADD stats the file from a thread and, while it is missing, re-stats every
+    ``poll_interval`` for up to ``startup_timeout``: a flapping file stalls requests for up to
+    45 s and then fails them, where the watch exits the daemon once and lets the kubelet retry.
+    """
+    target = _resolve(path)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.startup_timeout
+    while not await _exists(target):
+        if loop.time() + settings.poll_interval > deadline:
+            raise CNIError(INTERNAL, _not_ready(path))
+        await asyncio.sleep(settings.poll_interval)
+
+
+def _not_ready(path: str) -> str:
+    """Upstream's wording, with the configured (raw) path: operators search for it."""
+    return (
         "have you checked that your default network is ready? still waiting for "
         f"readinessindicatorfile @ {path}. "
-        "pollimmediate error: timed out waiting for the condition",
-        EXIT_CONFIG,
+        "pollimmediate error: timed out waiting for the condition"
     )
 
 

@@ -137,6 +137,8 @@ class Handlers:
     state: DaemonState
     gate: RequestGate = field(default_factory=lambda: RequestGate(None))
     containers: KeyedLocks = field(default_factory=KeyedLocks)
+    readiness_check: Callable[[], Awaitable[None]] | None = None
+    """Benchmark-only (``benchmarkReadinessStat``): the seed's per-request readiness stat."""
 
     async def cni(self, request: web.Request) -> web.Response:
         return await self._serve(request, hotplug=False)
@@ -198,6 +200,8 @@ class Handlers:
                 if cmd.container_id
                 else contextlib.nullcontext()
             )
+            if self.readiness_check is not None and cmd.command in ("ADD", "CHECK"):
+                await self.readiness_check()
             async with self.gate.slot(), serial:
                 result = await runner()
         except CNIError as exc:

@@ -119,6 +119,28 @@ async def test_protobuf_pod_cache(
     assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
 
 
+async def test_direct_get_switch_reads_the_pod_on_every_request(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    """``benchmarkDirectPodGet``: the seed's lookups (one GET per ADD and per DEL), for A/B runs."""
+    uid = _create_pod(kubesim, "web")
+    daemon = await _start(start_daemon, kubesim, workdir, conflist_file, benchmarkDirectPodGet=True)
+    env = _uid_env(await netns(), "web", uid)
+    kubesim.stats.reset()
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 0, added
+    assert kubesim.stats.count("get", "pods") == 1
+    # The pod is gone: DEL's GET answers 404 and DEL still succeeds from the delegate cache.
+    kubesim.delete("pods", "default", "web", group="", version="v1")
+    assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+    assert kubesim.stats.count("get", "pods") == 2
+
+
 async def test_pod_hidden_from_the_watch_is_found_by_the_fallback_get(
     start_daemon: StartDaemon,
     kubesim: KubeSim,

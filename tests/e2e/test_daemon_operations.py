@@ -109,6 +109,31 @@ async def test_readiness_indicator_removed_exits_2_and_removes_the_config(
     assert not generated.exists()
 
 
+async def test_readiness_stat_switch_stalls_requests_instead_of_exiting(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path,
+    conflist_file: Path,
+) -> None:  # fmt: skip
+    """``benchmarkReadinessStat`` (the seed): no watch, so no exit; an ADD waits for the file."""
+    ready = workdir / "ready" / "primary-ready"
+    ready.parent.mkdir()
+    ready.write_text("ok")
+    extra = {"readinessindicatorfile": str(ready), "benchmarkReadinessStat": True}
+    daemon = await start_daemon(**_auto(workdir, conflist_file, **extra))
+    generated = workdir / "cni" / "00-multus.conf"
+    await _eventually(generated.exists)
+    ready.unlink()
+    env = pod_env(await netns())
+    add = asyncio.create_task(run_shim(shim_path, "ADD", generated.read_bytes(), env=env))
+    await asyncio.sleep(6.0)  # past the watch's 5 s grace: the watch would have exited by now
+    assert daemon.proc is not None and daemon.proc.returncode is None
+    assert not add.done()
+    ready.write_text("ok")
+    added = await asyncio.wait_for(add, 30)
+    assert added.returncode == 0, added
+    assert (await run_shim(shim_path, "DEL", generated.read_bytes(), env=env)).returncode == 0
+    assert await daemon.stop() == 0
+
+
 async def test_sigterm_lets_an_in_flight_add_finish(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path
 ) -> None:

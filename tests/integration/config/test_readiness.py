@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from multusd.config.readiness import ReadinessSettings, wait_for_file, watch_until_removed
+from cni_shim.errors import INTERNAL, CNIError
+from multusd.config.readiness import (
+    ReadinessSettings,
+    stat_per_request,
+    wait_for_file,
+    watch_until_removed,
+)
 from multusd.errors import EXIT_CONFIG, StartupError
 
 GRACE = 0.4
@@ -116,6 +122,32 @@ async def test_wait_times_out_with_upstreams_text_and_exit_code_1(tmp_path: Path
         f"readinessindicatorfile @ {path}. pollimmediate error: timed out waiting for the condition"
     )
     await wait_inotify_at_most(baseline)
+
+
+async def test_per_request_stat_passes_when_the_file_exists(ready_file: Path) -> None:
+    await asyncio.wait_for(stat_per_request(str(ready_file), SETTINGS), HANG_GUARD)
+
+
+async def test_per_request_stat_polls_until_the_file_returns(tmp_path: Path) -> None:
+    """``benchmarkReadinessStat``: a request stalls while the file is missing (the seed)."""
+    path = tmp_path / "ready"
+    waiter = asyncio.create_task(stat_per_request(str(path), SETTINGS))
+    await asyncio.sleep(ARM)
+    assert not waiter.done()
+    write(path)
+    await asyncio.wait_for(waiter, HANG_GUARD)
+
+
+async def test_per_request_stat_fails_the_request_with_upstreams_text(tmp_path: Path) -> None:
+    path = str(tmp_path / "never")
+    settings = ReadinessSettings(poll_interval=0.05, startup_timeout=0.3, rotation_grace=GRACE)
+    with pytest.raises(CNIError) as caught:
+        await asyncio.wait_for(stat_per_request(path, settings), HANG_GUARD)
+    assert caught.value.code == INTERNAL
+    assert caught.value.msg.startswith(
+        f"have you checked that your default network is ready? still waiting for "
+        f"readinessindicatorfile @ {path}."
+    )
 
 
 async def test_wait_resolves_a_relative_path_but_reports_it_raw(
