@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import host_shim, informer, kube_requests, kubesim_scale, memory, skeleton
+from bench import host_shim, informer, kube_requests, kubesim_scale, memory, pod_lookup, skeleton
 
 BENCHMARKS = {
     "skeleton": skeleton.main,
@@ -13,6 +13,7 @@ BENCHMARKS = {
     "memory": memory.main,
     "informer": informer.main,
     "host_shim": host_shim.main,
+    "pod_lookup": pod_lookup.main,
 }
 
 

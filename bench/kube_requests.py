@@ -52,8 +52,8 @@ def _pod_env(ns: str, pod: str, uid: str) -> dict[str, str]:
 class Rig:
     """Emulator + daemon + installed shim + a bridge cluster network, in a temp dir."""
 
-    def __init__(self, sim: KubeSim, workdir: Path) -> None:
-        self.sim, self.workdir = sim, workdir
+    def __init__(self, sim: KubeSim, workdir: Path, **extra: Any) -> None:
+        self.sim, self.workdir, self.extra = sim, workdir, extra
         self.bridge = f"mbk{short_id()[:6]}"
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -72,6 +72,7 @@ class Rig:
             "cniVersion": "1.0.0", "multusConfigFile": str(w / "net.d" / "00-multus.conf"),
             "socketDir": str(w / "run"), "binDir": PLUGIN_DIR, "cniDir": str(w / "cache"),
             "clusterNetwork": str(w / "net.d" / "10-bench.conflist"), "kubeconfig": str(kubeconfig),
+            **self.extra,
         }  # fmt: skip
         (w / "daemon.json").write_text(json.dumps(config))
         self.shim = await asyncio.to_thread(install_shim, w / "bin")

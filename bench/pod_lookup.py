@@ -1,0 +1,83 @@
+"""Issue 8a: what the watch cache buys an ADD, A/B against the seed's direct GET.
+
+The same daemon, shim and bridge network run twice against the emulator, once with pods read
+from the watch cache (the default) and once with ``benchmarkDirectPodGet``; the emulator adds
+0, 5 and 50 ms to every API request, as a loaded or distant API server would. Both sides pay
+the network-status PATCH; only the direct side pays the pod GET.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import Stats, publish, save, short_id
+from bench.kube_requests import Rig, _pod_env, _sh, _shim
+from multusd.kubesim import KubeSim, Settings
+from multusd.kubesim.faults import LatencyRule
+
+MODES = {"watch cache": {}, "direct GET (seed)": {"benchmarkDirectPodGet": True}}
+LATENCIES_MS = (0, 5, 50)
+
+
+async def _pairs(sim: KubeSim, rig: Rig, count: int) -> tuple[Stats, float]:
+    """ADD latency and pod GETs per ADD over ``count`` ADD+DEL pairs of cached pods."""
+    pods = [
+        (name, rig.create_pod(name)) for name in (f"l{i}-{short_id()[:4]}" for i in range(count))
+    ]
+    await asyncio.sleep(1.0)  # let the watch deliver them
+    seconds: list[float] = []
+    gets = 0
+    for name, uid in pods:
+        ns = f"mbl-{short_id()}"
+        await _sh("ip", "netns", "add", ns)
+        try:
+            env = _pod_env(ns, name, uid)
+            sim.stats.reset()
+            start = time.perf_counter()
+            assert await _shim(rig.shim, "ADD", rig.shim_conf, env) == 0
+            seconds.append(time.perf_counter() - start)
+            gets += sim.stats.count("get", "pods")
+            assert await _shim(rig.shim, "DEL", rig.shim_conf, env) == 0
+        finally:
+            await _sh("ip", "netns", "del", ns)
+    return Stats.of(seconds), gets / count
+
+
+async def run(count: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with KubeSim(Settings(bookmark_interval=5.0)) as sim:
+        for mode, extra in MODES.items():
+            with tempfile.TemporaryDirectory(prefix="mbl-", dir="/tmp") as tmp:
+                async with Rig(sim, Path(tmp), **extra) as rig:
+                    await _pairs(sim, rig, 3)  # warm-up: imports, first plugin runs
+                    for ms in LATENCIES_MS:
+                        sim.faults.latency = [LatencyRule(seconds=ms / 1000)] if ms else []
+                        stats, gets = await _pairs(sim, rig, count)
+                        out[f"{mode} @ {ms} ms"] = {**asdict(stats), "pod_gets_per_add": gets}
+                    sim.faults.latency = []
+    return out
+
+
+def main(count: int = 30) -> dict[str, Any]:
+    data = asyncio.run(run(count))
+    rows = "\n".join(
+        f"| {key.split(' @ ')[0]} | {key.split(' @ ')[1]} | {v['median_ms']:.1f} | "
+        f"{v['p99_ms']:.1f} | {v['pod_gets_per_add']:.2f} |"
+        for key, v in data.items()
+    )
+    table = f"""Command: `tox -e bench -- pod_lookup` (as root). {count} ADDs per row, each of a pod
+already in the watch cache, through the real shim and daemon to a bridge network; the emulator
+delays every API request by the added latency.
+
+| pod lookup | added API latency | ADD median ms | ADD p99 ms | pod GETs per ADD |
+|---|---|---|---|---|
+{rows}"""
+    publish("pod_lookup", table)
+    save("pod_lookup", data)
+    print(table)
+    return data
