@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import sys
 
-from bench import host_shim, informer, kube_requests, kubesim_scale, memory, pod_lookup, skeleton
+from bench import (
+    host_shim,
+    informer,
+    kube_requests,
+    kubesim_scale,
+    memory,
+    pod_lookup,
+    qps_storm,
+    skeleton,
+)
 
 BENCHMARKS = {
     "skeleton": skeleton.main,
@@ -14,6 +23,7 @@ BENCHMARKS = {
     "informer": informer.main,
     "host_shim": host_shim.main,
     "pod_lookup": pod_lookup.main,
+    "qps_storm": qps_storm.main,
 }
 
 
