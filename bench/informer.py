@@ -1,4 +1,5 @@
-"""Issue 4 benchmark: the pod cache's memory and (re)list time for 1k, 10k and 50k pods.
+"""Issues 4 and 8c: the pod cache's memory and (re)list time for 1k, 10k and 50k pods, with
+pods read as JSON and as Kubernetes protobuf (``kubeClientProtobuf``).
 
 The emulator runs in this process; the reflector runs in a child process so that its RSS is its
 own. Memory: the store's object graph (sys.getsizeof, each object once) and the child's RSS
@@ -19,7 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from bench.common import REPO, publish, save
+from multusd import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.reflector import Reflector, ReflectorSettings
 from multusd.k8s.store import Store, trim_pod
@@ -199,14 +203,14 @@ def rss_mib() -> float:
     return 0.0
 
 
-async def child(kubeconfig: str, count: int, page_size: int) -> dict[str, Any]:
+async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> dict[str, Any]:
     """The reflector alone in this process (the emulator is the parent), so RSS is ours."""
     from multusd.kubesim.client import connect
 
     config = load_cluster_config(kubeconfig, environ={})
     async with (
         await connect(kubeconfig) as control,
-        KubeClient(config, ClientSettings(request_timeout=300)) as client,
+        KubeClient(config, ClientSettings(request_timeout=300, protobuf_pods=protobuf)) as client,
     ):
         store = Store()
         reflector = Reflector(
@@ -242,6 +246,7 @@ async def child(kubeconfig: str, count: int, page_size: int) -> dict[str, Any]:
         bucket = client.bucket.statistics()
     return {
         "pods": count,
+        "encoding": "protobuf" if protobuf else "JSON",
         "page_size": page_size,
         "start_to_synced_s": round(first, 3),
         "first_list_s": round(first_list, 3),
@@ -256,44 +261,64 @@ async def child(kubeconfig: str, count: int, page_size: int) -> dict[str, Any]:
     }
 
 
-async def parent(count: int, page_size: int) -> dict[str, Any]:
+async def _wire_bytes_per_pod(sim: KubeSim, accept: str, page_size: int) -> float:
+    """Bytes of one list page per pod, as the API server sends it in the ``accept`` encoding."""
+    url = f"{sim.url}/api/v1/pods?limit={page_size}"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, headers={"Accept": accept}) as resp,
+    ):
+        body = await resp.read()
+    return len(body) / page_size
+
+
+async def parent(count: int, page_size: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     async with KubeSim() as sim:
         for i in range(count):
             create(sim.state, PODS, "default", realistic_pod(i), keep_status=True)
         tmp = Path(tempfile.mkdtemp(dir="/tmp"))
         kubeconfig = await sim.write_kubeconfig(tmp / "kubeconfig")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bench.informer",
-            "--child",
-            str(kubeconfig),
-            str(count),
-            str(page_size),
-            stdout=asyncio.subprocess.PIPE,
-            cwd=REPO,
-        )
-        out, _ = await proc.communicate()
-        assert proc.returncode == 0
-        row: dict[str, Any] = json.loads(out)
-        row["pod_json_bytes"] = len(
-            sim.store.get(PODS, "default", realistic_pod(0)["metadata"]["name"]).raw  # type: ignore[union-attr]
-        )
-        return row
+        for protobuf in (False, True):
+            row = await _child(kubeconfig, count, page_size, protobuf)
+            accept = kproto.MEDIA_TYPE if protobuf else "application/json"
+            row["wire_bytes_per_pod"] = round(await _wire_bytes_per_pod(sim, accept, page_size))
+            rows.append(row)
+    return rows
+
+
+async def _child(kubeconfig: Path, count: int, page_size: int, protobuf: bool) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.informer",
+        "--child",
+        str(kubeconfig),
+        str(count),
+        str(page_size),
+        "protobuf" if protobuf else "json",
+        stdout=asyncio.subprocess.PIPE,
+        cwd=REPO,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    row: dict[str, Any] = json.loads(out)
+    return row
 
 
 def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500) -> list[Any]:
-    rows = [asyncio.run(parent(n, page_size)) for n in sizes]
+    rows = [row for n in sizes for row in asyncio.run(parent(n, page_size))]
     lines = [
-        f"Command: `tox -e bench -- informer`. Page size {page_size}; "
-        f"~{rows[0]['pod_json_bytes']:,} bytes of JSON per pod on the wire.",
+        f"Command: `tox -e bench -- informer`. Page size {page_size}; wire bytes are of one "
+        "list page, per pod.",
         "",
-        "| pods | first list s | client CPU s | relist after 410 s | store MiB | bytes/pod "
-        "| RSS growth after list MiB | after relist MiB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| pods | encoding | wire bytes/pod | first list s | client CPU s | relist after 410 s "
+        "| store MiB | bytes/pod | RSS growth after list MiB | after relist MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['pods']:,} | {r['first_list_s']:.2f} | {r['first_list_client_cpu_s']:.2f} "
+        f"| {r['pods']:,} | {r['encoding']} | {r['wire_bytes_per_pod']:,} "
+        f"| {r['first_list_s']:.2f} | {r['first_list_client_cpu_s']:.2f} "
         f"| {r['relist_s']:.2f} | {r['store_mib']:.1f} | {r['bytes_per_pod']:,} "
         f"| {r['rss_delta_after_list_mib']:.0f} | {r['rss_delta_after_relist_mib']:.0f} |"
         for r in rows
@@ -307,6 +332,7 @@ def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500)
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
-        print(json.dumps(asyncio.run(child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))))
+        args = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "protobuf"
+        print(json.dumps(asyncio.run(child(*args))))
     else:
         main()
