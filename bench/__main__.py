@@ -12,6 +12,7 @@ from bench import (
     memory,
     pod_lookup,
     qps_storm,
+    readiness_stat,
     skeleton,
 )
 
@@ -24,6 +25,7 @@ BENCHMARKS = {
     "host_shim": host_shim.main,
     "pod_lookup": pod_lookup.main,
     "qps_storm": qps_storm.main,
+    "readiness_stat": readiness_stat.main,
 }
 
 

@@ -1,0 +1,108 @@
+"""Issue 8d: the readiness indicator watched (ours, upstream HEAD) vs stat-ed per request (the
+seed), A/B with ``benchmarkReadinessStat``.
+
+Both sides run the real daemon and shim against the emulator with a readiness file; ADDs run
+back to back while the file is steady, then while it flaps (removed for 1.5 s, back for 1.5 s),
+as a primary network's agent restarting would make it. The watch treats a gap shorter than its
+5 s grace as a rotation and leaves requests alone; the per-request stat stalls every ADD that
+lands in a gap until its next 1 s poll finds the file again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import Stats, publish, save, short_id
+from bench.kube_requests import Rig, _pod_env, _sh, _shim
+from multusd.kubesim import KubeSim, Settings
+
+MODES = {"watch (ours)": False, "stat per request (seed)": True}
+GAP, PRESENT = 1.5, 1.5
+HEADER = (
+    "| readiness check | steady p50 ms | steady p99 ms | flapping p50 ms | flapping p99 ms "
+    "| failed ADDs | daemon still up |\n" + "|---" * 7 + "|"
+)
+
+
+async def _flap(path: Path) -> None:
+    while True:
+        await asyncio.sleep(PRESENT)
+        path.unlink()
+        await asyncio.sleep(GAP)
+        path.write_text("ok")
+
+
+async def _adds(rig: Rig, count: int) -> tuple[Stats, int]:
+    """ADD latency over ``count`` ADD+DEL pairs, and how many ADDs failed."""
+    pods = [(n, rig.create_pod(n)) for n in (f"r{i}-{short_id()[:4]}" for i in range(count))]
+    await asyncio.sleep(1.0)  # let the watch deliver them
+    seconds: list[float] = []
+    failed = 0
+    for name, uid in pods:
+        ns = f"mbr-{short_id()}"
+        await _sh("ip", "netns", "add", ns)
+        try:
+            env = _pod_env(ns, name, uid)
+            start = time.perf_counter()
+            failed += await _shim(rig.shim, "ADD", rig.shim_conf, env) != 0
+            seconds.append(time.perf_counter() - start)
+            await _shim(rig.shim, "DEL", rig.shim_conf, env)
+        finally:
+            await _sh("ip", "netns", "del", ns)
+    return Stats.of(seconds), failed
+
+
+async def run(count: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with KubeSim(Settings(bookmark_interval=5.0)) as sim:
+        for mode, stat in MODES.items():
+            with tempfile.TemporaryDirectory(prefix="mbr-", dir="/tmp") as tmp:
+                ready = Path(tmp) / "ready" / "primary-ready"
+                ready.parent.mkdir()
+                ready.write_text("ok")
+                extra = {"readinessindicatorfile": str(ready), "benchmarkReadinessStat": stat}
+                async with Rig(sim, Path(tmp), **extra) as rig:
+                    await _adds(rig, 3)  # warm-up
+                    steady, steady_failed = await _adds(rig, count)
+                    flapper = asyncio.create_task(_flap(ready))
+                    try:
+                        flapping, flapping_failed = await _adds(rig, count)
+                    finally:
+                        flapper.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await flapper
+                    alive = rig.proc is not None and rig.proc.returncode is None
+                out[mode] = {
+                    "steady": asdict(steady),
+                    "steady_failed": steady_failed,
+                    "flapping": asdict(flapping),
+                    "flapping_failed": flapping_failed,
+                    "daemon_alive_after_flapping": alive,
+                }
+    return out
+
+
+def main(count: int = 40) -> dict[str, Any]:
+    data = asyncio.run(run(count))
+    rows = "\n".join(
+        f"| {mode} | {r['steady']['median_ms']:.1f} | {r['steady']['p99_ms']:.1f} "
+        f"| {r['flapping']['median_ms']:.1f} | {r['flapping']['p99_ms']:.1f} "
+        f"| {r['flapping_failed']} | {'yes' if r['daemon_alive_after_flapping'] else 'no'} |"
+        for mode, r in data.items()
+    )
+    table = f"""Command: `tox -e bench -- readiness_stat` (as root). {count} ADDs back to back per
+column, through the real shim and daemon; flapping = the readiness file removed for {GAP} s,
+back for {PRESENT} s, over and over.
+
+{HEADER}
+{rows}"""
+    publish("readiness_stat", table)
+    save("readiness_stat", data)
+    print(table)
+    return data
