@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from bench import (
+    concurrency,
     host_shim,
     informer,
     kube_requests,
@@ -26,6 +27,7 @@ BENCHMARKS = {
     "pod_lookup": pod_lookup.main,
     "qps_storm": qps_storm.main,
     "readiness_stat": readiness_stat.main,
+    "concurrency": concurrency.main,
 }
 
 

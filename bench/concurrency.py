@@ -1,0 +1,109 @@
+"""Issue 8f: ADD throughput as concurrent requests grow from 1 to 256, with and without
+``connectionLimit``.
+
+Each step ADDs that many pods at once through the real shim and daemon (bridge + host-local in
+real network namespaces), then DELs them. Throughput is ADDs completed per second of wall time.
+On 2 cores the plugins' own process start-up is the limit; the cap trades queueing in the
+daemon for fewer plugin processes fighting for the CPU and for host-local's file lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, Stats, publish, save, short_id
+from bench.kube_requests import Rig, _pod_env, _sh, _shim
+from multusd.kubesim import KubeSim, Settings
+
+STEPS = (1, 4, 16, 64, 256)
+CAP = 8
+MODES = {"no cap": {}, f"connectionLimit {CAP}": {"connectionLimit": CAP}}
+CHART = REPO / "docs" / "images" / "concurrency.png"
+
+
+async def _step(rig: Rig, width: int) -> dict[str, Any]:
+    pods = [(n, rig.create_pod(n)) for n in (f"k{i}-{short_id()[:4]}" for i in range(width))]
+    namespaces = [f"mbc-{short_id()}" for _ in pods]
+    limit = asyncio.Semaphore(16)
+
+    async def make(ns: str) -> None:
+        async with limit:
+            await _sh("ip", "netns", "add", ns)
+
+    await asyncio.gather(*(make(ns) for ns in namespaces))
+    await asyncio.sleep(1.0)  # let the watch deliver the pods
+    envs = [_pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
+
+    async def add(env: dict[str, str]) -> float:
+        start = time.perf_counter()
+        assert await _shim(rig.shim, "ADD", rig.shim_conf, env) == 0
+        return time.perf_counter() - start
+
+    start = time.perf_counter()
+    latencies = await asyncio.gather(*(add(env) for env in envs))
+    wall = time.perf_counter() - start
+    await asyncio.gather(*(_shim(rig.shim, "DEL", rig.shim_conf, env) for env in envs))
+    await asyncio.gather(*(_sh("ip", "netns", "del", ns) for ns in namespaces))
+    stats = Stats.of(latencies)
+    return {"width": width, "wall_s": wall, "adds_per_s": width / wall,
+            "p50_ms": stats.median_ms, "p99_ms": stats.p99_ms}  # fmt: skip
+
+
+async def run() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with KubeSim(Settings(bookmark_interval=5.0)) as sim:
+        for mode, extra in MODES.items():
+            with tempfile.TemporaryDirectory(prefix="mbc-", dir="/tmp") as tmp:
+                async with Rig(sim, Path(tmp), **extra) as rig:
+                    await _step(rig, 4)  # warm-up
+                    out[mode] = [await _step(rig, width) for width in STEPS]
+    return out
+
+
+def _chart(data: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (rate, tail) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=110)
+    for mode, steps in data.items():
+        widths = [s["width"] for s in steps]
+        rate.plot(widths, [s["adds_per_s"] for s in steps], marker="o", label=mode)
+        tail.plot(widths, [s["p99_ms"] / 1000 for s in steps], marker="o", label=mode)
+    for ax, title in ((rate, "ADDs completed per second"), (tail, "ADD p99 latency, s")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("ADDs issued at once")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    rate.legend()
+    fig.tight_layout()
+    CHART.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(CHART)
+    plt.close(fig)
+
+
+def main() -> dict[str, Any]:
+    data = asyncio.run(run())
+    _chart(data)
+    rows = "\n".join(
+        f"| {s['width']} | {mode} | {s['adds_per_s']:.1f} | {s['p50_ms']:.0f} | {s['p99_ms']:.0f} |"
+        for mode, steps in data.items()
+        for s in steps
+    )
+    table = f"""Command: `tox -e bench -- concurrency` (as root). At each width, that many ADDs
+are issued at once through the real shim and daemon (bridge + host-local), then DELed.
+
+| ADDs at once | daemon | ADDs/s | p50 ms | p99 ms |
+|---|---|---|---|---|
+{rows}
+
+![ADD throughput and p99 as concurrency grows](images/concurrency.png)"""
+    publish("concurrency", table)
+    save("concurrency", data)
+    print(table)
+    return data
