@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from bench import (
     concurrency,
@@ -17,7 +19,7 @@ from bench import (
     skeleton,
 )
 
-BENCHMARKS = {
+BENCHMARKS: dict[str, Callable[[], Any]] = {
     "skeleton": skeleton.main,
     "kubesim_scale": kubesim_scale.main,
     "kube_requests": kube_requests.main,

@@ -38,6 +38,14 @@ class Stats:
         return cls(len(ms), statistics.median(ms), p99, statistics.fmean(ms))
 
 
+def proc_mib(field: str = "VmRSS", pid: int | str = "self") -> float:
+    """A memory field of ``/proc/<pid>/status`` in MiB (``VmRSS`` now, ``VmHWM`` the peak)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def timed(func: Callable[[], Any]) -> float:
     start = time.perf_counter()
     func()

@@ -6,6 +6,7 @@ without Python, e.g. kind nodes), both answering ``CNI_COMMAND=VERSION``."""
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ def main(runs: int = 100) -> dict[str, Any]:
                 run(cmd, env=env)
         for _ in range(runs):
             for name, cmd in commands.items():
-                samples[name].append(timed(lambda cmd=cmd: run(cmd, env=env)))
+                samples[name].append(timed(functools.partial(run, cmd, env=env)))
         sizes = {"single": single.stat().st_size, "bundle": _disk(Path(tmp) / "bundle")}
     stats = {k: Stats.of(v) for k, v in samples.items()}
     bare = stats["bare"].median_ms

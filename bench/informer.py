@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import REPO, publish, save
+from bench.common import REPO, proc_mib, publish, save
 from multusd import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.reflector import Reflector, ReflectorSettings
@@ -196,13 +196,6 @@ def deep_size(root: object) -> int:
     return total
 
 
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> dict[str, Any]:
     """The reflector alone in this process (the emulator is the parent), so RSS is ours."""
     from multusd.kubesim.client import connect
@@ -221,7 +214,7 @@ async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> 
             settings=ReflectorSettings(page_size=page_size),
         )
         gc.collect()
-        rss0 = rss_mib()
+        rss0 = proc_mib()
         cpu0 = time.process_time()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -231,7 +224,7 @@ async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> 
         first_list = reflector.statistics().last_list_seconds
         first_cpu = time.process_time() - cpu0
         gc.collect()
-        rss1 = rss_mib()
+        rss1 = proc_mib()
         deep = deep_size(store.items())
         await control.expire_next_watches(1)
         await control.drop_watches("eof")
@@ -239,7 +232,7 @@ async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> 
             await asyncio.sleep(0.001)
         relist = reflector.statistics().last_list_seconds
         gc.collect()
-        rss2 = rss_mib()
+        rss2 = proc_mib()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert len(store) == count, (len(store), count)

@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from bench.common import publish, save
+from bench.common import proc_mib, publish, save
 from multusd.kubesim import KubeSim
 from multusd.kubesim.operations import create
 from multusd.kubesim.resources import PODS
@@ -36,13 +35,6 @@ def _pod(i: int) -> dict[str, Any]:
     }
 
 
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 async def _timed_get(http: aiohttp.ClientSession, path: str) -> tuple[float, int]:
     start = time.perf_counter()
     async with http.get(path) as resp:
@@ -54,12 +46,12 @@ async def _timed_get(http: aiohttp.ClientSession, path: str) -> tuple[float, int
 async def measure(count: int) -> dict[str, float]:
     gc.collect()
     async with KubeSim() as sim:
-        before = _rss_mib()
+        before = proc_mib()
         start = time.perf_counter()
         for i in range(count):
             create(sim.state, PODS, "default", _pod(i), keep_status=True)
         fill = time.perf_counter() - start
-        stored = _rss_mib() - before
+        stored = proc_mib() - before
         headers = {"Authorization": f"Bearer {sim.token}"}
         async with aiohttp.ClientSession(sim.url, headers=headers) as http:
             full, size = await _timed_get(http, "/api/v1/pods")

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import PLUGIN_DIR, REPO, publish, save
+from bench.common import PLUGIN_DIR, REPO, proc_mib, publish, save
 from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.operations import create
 from multusd.kubesim.resources import PODS
@@ -40,13 +40,6 @@ def _pod(i: int, node: str) -> dict[str, Any]:
             "containers": [_CONTAINER],
         },
     }  # fmt: skip
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def measure(elsewhere: int) -> dict[str, float]:
@@ -82,7 +75,7 @@ async def measure(elsewhere: int) -> dict[str, float]:
                         break
                     await asyncio.sleep(0.05)
                 await asyncio.sleep(3.0)  # idle
-                rss = _rss_mib(proc.pid)
+                rss = proc_mib(pid=proc.pid)
             finally:
                 proc.terminate()
                 await proc.wait()

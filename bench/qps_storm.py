@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Stats, publish, save, short_id
+from bench.common import REPO, Stats, proc_mib, publish, save, short_id
 from bench.kube_requests import Rig, _pod_env, _sh, _shim
 from multusd.kubesim import KubeSim, Settings
 
@@ -23,7 +23,7 @@ from multusd.kubesim import KubeSim, Settings
 RATES = {"5 QPS (burst 10)": (5, 10), "50 QPS (burst 50)": (50, 50)}
 HEADER = (
     "| client rate | ADD wall s | ADD p50 s | ADD p99 s | all requests done s | peak req/s "
-    "| DEL wall s | DEL p99 s | DEL requests |\n" + "|---" * 9 + "|"
+    "| DEL wall s | DEL p99 s | DEL requests | daemon RSS before → peak MiB |\n" + "|---" * 10 + "|"
 )
 CHART = REPO / "docs" / "images" / "qps_storm.png"
 
@@ -55,6 +55,8 @@ async def _storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
         assert await _shim(rig.shim, command, rig.shim_conf, env) == 0
         return time.perf_counter() - start
 
+    assert rig.proc is not None
+    rss_before = proc_mib(pid=rig.proc.pid)
     sim.stats.reset()
     since = time.monotonic()
     adds = await asyncio.gather(*(timed("ADD", env) for env in envs))
@@ -71,6 +73,7 @@ async def _storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
     dels = await asyncio.gather(*(timed("DEL", env) for env in envs))
     del_wall = time.monotonic() - since
     del_requests = sum(1 for r in sim.stats.requests() if r.verb != "watch")
+    rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
     for ns in namespaces:
         await _sh("ip", "netns", "del", ns)
     return {
@@ -81,6 +84,8 @@ async def _storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
         "del_wall_s": del_wall,
         "del": asdict(Stats.of(dels)),
         "del_requests": del_requests,
+        "daemon_rss_before_mib": rss_before,
+        "daemon_rss_peak_mib": rss_peak,
     }
 
 
@@ -122,7 +127,8 @@ def main(count: int = 200) -> dict[str, Any]:
         f"| {label} | {r['add_wall_s']:.1f} | {r['add']['median_ms'] / 1000:.2f} | "
         f"{r['add']['p99_ms'] / 1000:.2f} | {r['all_requests_done_s']:.1f} | "
         f"{max(r['add_requests_per_second'])} | {r['del_wall_s']:.1f} | "
-        f"{r['del']['p99_ms'] / 1000:.2f} | {r['del_requests']} |"
+        f"{r['del']['p99_ms'] / 1000:.2f} | {r['del_requests']} "
+        f"| {r['daemon_rss_before_mib']:.1f} → {r['daemon_rss_peak_mib']:.1f} |"
         for label, r in data.items()
     )
     _chart(data, count)
