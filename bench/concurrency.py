@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, Stats, publish, save, short_id
-from bench.kube_requests import Rig, _pod_env, _sh, _shim
+from bench.kube_requests import Rig, pod_env, run_shim, sh
 from multusd.kubesim import KubeSim, Settings
 
 STEPS = (1, 4, 16, 64, 256)
@@ -32,22 +32,22 @@ async def _step(rig: Rig, width: int) -> dict[str, Any]:
 
     async def make(ns: str) -> None:
         async with limit:
-            await _sh("ip", "netns", "add", ns)
+            await sh("ip", "netns", "add", ns)
 
     await asyncio.gather(*(make(ns) for ns in namespaces))
     await asyncio.sleep(1.0)  # let the watch deliver the pods
-    envs = [_pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
+    envs = [pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
 
     async def add(env: dict[str, str]) -> float:
         start = time.perf_counter()
-        assert await _shim(rig.shim, "ADD", rig.shim_conf, env) == 0
+        assert await run_shim(rig.shim, "ADD", rig.shim_conf, env) == 0
         return time.perf_counter() - start
 
     start = time.perf_counter()
     latencies = await asyncio.gather(*(add(env) for env in envs))
     wall = time.perf_counter() - start
-    await asyncio.gather(*(_shim(rig.shim, "DEL", rig.shim_conf, env) for env in envs))
-    await asyncio.gather(*(_sh("ip", "netns", "del", ns) for ns in namespaces))
+    await asyncio.gather(*(run_shim(rig.shim, "DEL", rig.shim_conf, env) for env in envs))
+    await asyncio.gather(*(sh("ip", "netns", "del", ns) for ns in namespaces))
     stats = Stats.of(latencies)
     return {"width": width, "wall_s": wall, "adds_per_s": width / wall,
             "p50_ms": stats.median_ms, "p99_ms": stats.p99_ms}  # fmt: skip

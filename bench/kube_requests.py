@@ -22,13 +22,13 @@ NODE = "bench-node"
 SUBNET = "10.253.0.0/16"
 
 
-async def _sh(*cmd: str) -> None:
+async def sh(*cmd: str) -> None:
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)  # fmt: skip
     await proc.wait()
 
 
-async def _shim(shim: Path, command: str, conf: bytes, env: dict[str, str]) -> int:
+async def run_shim(shim: Path, command: str, conf: bytes, env: dict[str, str]) -> int:
     proc = await asyncio.create_subprocess_exec(
         str(shim), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**env, "CNI_COMMAND": command},
@@ -37,7 +37,7 @@ async def _shim(shim: Path, command: str, conf: bytes, env: dict[str, str]) -> i
     return proc.returncode or 0
 
 
-def _pod_env(ns: str, pod: str, uid: str) -> dict[str, str]:
+def pod_env(ns: str, pod: str, uid: str) -> dict[str, str]:
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "CNI_CONTAINERID": f"c{pod}",
@@ -94,7 +94,7 @@ class Rig:
         if self.proc is not None:
             self.proc.terminate()
             await self.proc.wait()
-        await _sh("ip", "link", "del", self.bridge)
+        await sh("ip", "link", "del", self.bridge)
 
     def create_pod(self, name: str) -> str:
         pod = self.sim.create({
@@ -122,16 +122,16 @@ async def per_pod(sim: KubeSim, rig: Rig, pairs: int) -> dict[str, float]:
     await asyncio.sleep(1.0)  # let the watch deliver them
     namespaces = [f"mbk-{short_id()}" for _ in pods]
     for ns in namespaces:
-        await _sh("ip", "netns", "add", ns)
+        await sh("ip", "netns", "add", ns)
     sim.stats.reset()
     try:
         for (name, uid), ns in zip(pods, namespaces, strict=True):
-            env = _pod_env(ns, name, uid)
-            assert await _shim(rig.shim, "ADD", rig.shim_conf, env) == 0
-            assert await _shim(rig.shim, "DEL", rig.shim_conf, env) == 0
+            env = pod_env(ns, name, uid)
+            assert await run_shim(rig.shim, "ADD", rig.shim_conf, env) == 0
+            assert await run_shim(rig.shim, "DEL", rig.shim_conf, env) == 0
     finally:
         for ns in namespaces:
-            await _sh("ip", "netns", "del", ns)
+            await sh("ip", "netns", "del", ns)
     counts = _counts(sim)
     return {k: v / pairs for k, v in sorted(counts.items()) if not k.startswith("watch")}
 
@@ -147,8 +147,8 @@ async def deletion_storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, float]
 
     async def add(name: str, uid: str, ns: str) -> None:
         async with limit:
-            await _sh("ip", "netns", "add", ns)
-            assert await _shim(rig.shim, "ADD", rig.shim_conf, _pod_env(ns, name, uid)) == 0
+            await sh("ip", "netns", "add", ns)
+            assert await run_shim(rig.shim, "ADD", rig.shim_conf, pod_env(ns, name, uid)) == 0
 
     sim.stats.reset()
     loop = asyncio.get_running_loop()
@@ -164,12 +164,12 @@ async def deletion_storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, float]
     sim.stats.reset()
     start = loop.time()
     codes = await asyncio.gather(*(
-        _shim(rig.shim, "DEL", rig.shim_conf, _pod_env(ns, n, u))
+        run_shim(rig.shim, "DEL", rig.shim_conf, pod_env(ns, n, u))
         for (n, u), ns in zip(pods, namespaces, strict=True)
     ))  # fmt: skip
     elapsed = loop.time() - start
     for ns in namespaces:
-        await _sh("ip", "netns", "del", ns)
+        await sh("ip", "netns", "del", ns)
     assert all(c == 0 for c in codes)
     requests, peak = _rate(sim)
     return {

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Stats, publish, save, short_id
-from bench.kube_requests import Rig, _pod_env, _sh, _shim
+from bench.kube_requests import Rig, pod_env, run_shim, sh
 from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.faults import LatencyRule
 
@@ -34,17 +34,17 @@ async def _pairs(sim: KubeSim, rig: Rig, count: int) -> tuple[Stats, float]:
     gets = 0
     for name, uid in pods:
         ns = f"mbl-{short_id()}"
-        await _sh("ip", "netns", "add", ns)
+        await sh("ip", "netns", "add", ns)
         try:
-            env = _pod_env(ns, name, uid)
+            env = pod_env(ns, name, uid)
             sim.stats.reset()
             start = time.perf_counter()
-            assert await _shim(rig.shim, "ADD", rig.shim_conf, env) == 0
+            assert await run_shim(rig.shim, "ADD", rig.shim_conf, env) == 0
             seconds.append(time.perf_counter() - start)
             gets += sim.stats.count("get", "pods")
-            assert await _shim(rig.shim, "DEL", rig.shim_conf, env) == 0
+            assert await run_shim(rig.shim, "DEL", rig.shim_conf, env) == 0
         finally:
-            await _sh("ip", "netns", "del", ns)
+            await sh("ip", "netns", "del", ns)
     return Stats.of(seconds), gets / count
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, Stats, proc_mib, publish, save, short_id
-from bench.kube_requests import Rig, _pod_env, _sh, _shim
+from bench.kube_requests import Rig, pod_env, run_shim, sh
 from multusd.kubesim import KubeSim, Settings
 
 # client-go's old defaults (5 QPS, burst 10), then upstream Multus's client since #1154.
@@ -44,15 +44,15 @@ async def _storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
 
     async def make(ns: str) -> None:
         async with limit:
-            await _sh("ip", "netns", "add", ns)
+            await sh("ip", "netns", "add", ns)
 
     await asyncio.gather(*(make(ns) for ns in namespaces))
     await asyncio.sleep(1.0)  # let the watch deliver the pods
-    envs = [_pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
+    envs = [pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
 
     async def timed(command: str, env: dict[str, str]) -> float:
         start = time.perf_counter()
-        assert await _shim(rig.shim, command, rig.shim_conf, env) == 0
+        assert await run_shim(rig.shim, command, rig.shim_conf, env) == 0
         return time.perf_counter() - start
 
     assert rig.proc is not None
@@ -75,7 +75,7 @@ async def _storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
     del_requests = sum(1 for r in sim.stats.requests() if r.verb != "watch")
     rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
     for ns in namespaces:
-        await _sh("ip", "netns", "del", ns)
+        await sh("ip", "netns", "del", ns)
     return {
         "add_wall_s": add_wall,
         "add": asdict(Stats.of(adds)),

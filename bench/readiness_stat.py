@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Stats, publish, save, short_id
-from bench.kube_requests import Rig, _pod_env, _sh, _shim
+from bench.kube_requests import Rig, pod_env, run_shim, sh
 from multusd.kubesim import KubeSim, Settings
 
 MODES = {"watch (ours)": False, "stat per request (seed)": True}
@@ -46,15 +46,15 @@ async def _adds(rig: Rig, count: int) -> tuple[Stats, int]:
     failed = 0
     for name, uid in pods:
         ns = f"mbr-{short_id()}"
-        await _sh("ip", "netns", "add", ns)
+        await sh("ip", "netns", "add", ns)
         try:
-            env = _pod_env(ns, name, uid)
+            env = pod_env(ns, name, uid)
             start = time.perf_counter()
-            failed += await _shim(rig.shim, "ADD", rig.shim_conf, env) != 0
+            failed += await run_shim(rig.shim, "ADD", rig.shim_conf, env) != 0
             seconds.append(time.perf_counter() - start)
-            await _shim(rig.shim, "DEL", rig.shim_conf, env)
+            await run_shim(rig.shim, "DEL", rig.shim_conf, env)
         finally:
-            await _sh("ip", "netns", "del", ns)
+            await sh("ip", "netns", "del", ns)
     return Stats.of(seconds), failed
 
 
