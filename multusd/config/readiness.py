@@ -96,7 +96,7 @@ async def wait_for_file(path: str, settings: ReadinessSettings) -> None:
 async def stat_per_request(path: str, settings: ReadinessSettings) -> None:
     """The seed's per-request check, kept as a benchmark-only switch (``benchmarkReadinessStat``).
 
-    Every ADD stats the file from a thread and, while it is missing, re-stats every
+    Every ADD and CHECK stats the file from a thread and, while it is missing, re-stats every
     ``poll_interval`` for up to ``startup_timeout``: a flapping file stalls requests for up to
     45 s and then fails them, where the watch exits the daemon once and lets the kubelet retry.
     """
