@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Stats, publish, save, short_id
-from bench.kube_requests import Rig, pod_env, run_shim, sh
+from bench.common import REPO, Stats, publish, save
+from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
 STEPS = (1, 4, 16, 64, 256)
@@ -26,28 +26,18 @@ CHART = REPO / "docs" / "images" / "concurrency.png"
 
 
 async def _step(rig: Rig, width: int) -> dict[str, Any]:
-    pods = [(n, rig.create_pod(n)) for n in (f"k{i}-{short_id()[:4]}" for i in range(width))]
-    namespaces = [f"mbc-{short_id()}" for _ in pods]
-    limit = asyncio.Semaphore(16)
-
-    async def make(ns: str) -> None:
-        async with limit:
-            await sh("ip", "netns", "add", ns)
-
-    await asyncio.gather(*(make(ns) for ns in namespaces))
-    await asyncio.sleep(1.0)  # let the watch deliver the pods
-    envs = [pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
+    pods = await rig.cached_pods(width)
 
     async def add(env: dict[str, str]) -> float:
         start = time.perf_counter()
         assert await run_shim(rig.shim, "ADD", rig.shim_conf, env) == 0
         return time.perf_counter() - start
 
-    start = time.perf_counter()
-    latencies = await asyncio.gather(*(add(env) for env in envs))
-    wall = time.perf_counter() - start
-    await asyncio.gather(*(run_shim(rig.shim, "DEL", rig.shim_conf, env) for env in envs))
-    await asyncio.gather(*(sh("ip", "netns", "del", ns) for ns in namespaces))
+    async with rig.netns_envs(pods) as envs:
+        start = time.perf_counter()
+        latencies = await asyncio.gather(*(add(env) for env in envs))
+        wall = time.perf_counter() - start
+        await asyncio.gather(*(run_shim(rig.shim, "DEL", rig.shim_conf, env) for env in envs))
     stats = Stats.of(latencies)
     return {"width": width, "wall_s": wall, "adds_per_s": width / wall,
             "p50_ms": stats.median_ms, "p99_ms": stats.p99_ms}  # fmt: skip

@@ -5,12 +5,14 @@ in this process; the emulator's request log is the measurement."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,29 @@ class Rig:
             "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
         })  # fmt: skip
         return str(pod["metadata"]["uid"])
+
+    async def cached_pods(self, count: int) -> list[tuple[str, str]]:
+        """``count`` new pods on this node, as (name, uid), once the watch has delivered them."""
+        pods = [(n, self.create_pod(n)) for n in (f"p{short_id()[:8]}" for _ in range(count))]
+        await asyncio.sleep(1.0)
+        return pods
+
+    @contextlib.asynccontextmanager
+    async def netns_envs(self, pods: list[tuple[str, str]]) -> AsyncIterator[list[dict[str, str]]]:
+        """A fresh network namespace per pod (16 created at a time), as CNI environments;
+        the namespaces are removed on exit."""
+        namespaces = [f"mbn-{short_id()}" for _ in pods]
+        limit = asyncio.Semaphore(16)
+
+        async def make(ns: str) -> None:
+            async with limit:
+                await sh("ip", "netns", "add", ns)
+
+        try:
+            await asyncio.gather(*(make(ns) for ns in namespaces))
+            yield [pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
+        finally:
+            await asyncio.gather(*(sh("ip", "netns", "del", ns) for ns in namespaces))
 
 
 def _counts(sim: KubeSim) -> Counter[str]:

@@ -15,8 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, publish, save, short_id
-from bench.kube_requests import Rig, pod_env, run_shim, sh
+from bench.common import Stats, publish, save
+from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.faults import LatencyRule
 
@@ -26,25 +26,16 @@ LATENCIES_MS = (0, 5, 50)
 
 async def _pairs(sim: KubeSim, rig: Rig, count: int) -> tuple[Stats, float]:
     """ADD latency and pod GETs per ADD over ``count`` ADD+DEL pairs of cached pods."""
-    pods = [
-        (name, rig.create_pod(name)) for name in (f"l{i}-{short_id()[:4]}" for i in range(count))
-    ]
-    await asyncio.sleep(1.0)  # let the watch deliver them
     seconds: list[float] = []
     gets = 0
-    for name, uid in pods:
-        ns = f"mbl-{short_id()}"
-        await sh("ip", "netns", "add", ns)
-        try:
-            env = pod_env(ns, name, uid)
+    for pod in await rig.cached_pods(count):
+        async with rig.netns_envs([pod]) as (env,):
             sim.stats.reset()
             start = time.perf_counter()
             assert await run_shim(rig.shim, "ADD", rig.shim_conf, env) == 0
             seconds.append(time.perf_counter() - start)
             gets += sim.stats.count("get", "pods")
             assert await run_shim(rig.shim, "DEL", rig.shim_conf, env) == 0
-        finally:
-            await sh("ip", "netns", "del", ns)
     return Stats.of(seconds), gets / count
 
 

@@ -15,8 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Stats, proc_mib, publish, save, short_id
-from bench.kube_requests import Rig, pod_env, run_shim, sh
+from bench.common import REPO, Stats, proc_mib, publish, save
+from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
 # client-go's old defaults (5 QPS, burst 10), then upstream Multus's client since #1154.
@@ -38,17 +38,15 @@ def _per_second(sim: KubeSim, since: float) -> list[int]:
 
 
 async def _storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
-    pods = [(n, rig.create_pod(n)) for n in (f"q{i}-{short_id()[:4]}" for i in range(count))]
-    namespaces = [f"mbq-{short_id()}" for _ in pods]
-    limit = asyncio.Semaphore(16)
+    pods = await rig.cached_pods(count)
+    async with rig.netns_envs(pods) as envs:
+        return await _storm_in(sim, rig, pods, envs)
 
-    async def make(ns: str) -> None:
-        async with limit:
-            await sh("ip", "netns", "add", ns)
 
-    await asyncio.gather(*(make(ns) for ns in namespaces))
-    await asyncio.sleep(1.0)  # let the watch deliver the pods
-    envs = [pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
+async def _storm_in(
+    sim: KubeSim, rig: Rig, pods: list[tuple[str, str]], envs: list[dict[str, str]]
+) -> dict[str, Any]:
+    count = len(pods)
 
     async def timed(command: str, env: dict[str, str]) -> float:
         start = time.perf_counter()
@@ -74,8 +72,6 @@ async def _storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
     del_wall = time.monotonic() - since
     del_requests = sum(1 for r in sim.stats.requests() if r.verb != "watch")
     rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
-    for ns in namespaces:
-        await sh("ip", "netns", "del", ns)
     return {
         "add_wall_s": add_wall,
         "add": asdict(Stats.of(adds)),

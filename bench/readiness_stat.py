@@ -18,8 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, publish, save, short_id
-from bench.kube_requests import Rig, pod_env, run_shim, sh
+from bench.common import Stats, publish, save
+from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
 MODES = {"watch (ours)": False, "stat per request (seed)": True}
@@ -40,21 +40,14 @@ async def _flap(path: Path) -> None:
 
 async def _adds(rig: Rig, count: int) -> tuple[Stats, int]:
     """ADD latency over ``count`` ADD+DEL pairs, and how many ADDs failed."""
-    pods = [(n, rig.create_pod(n)) for n in (f"r{i}-{short_id()[:4]}" for i in range(count))]
-    await asyncio.sleep(1.0)  # let the watch deliver them
     seconds: list[float] = []
     failed = 0
-    for name, uid in pods:
-        ns = f"mbr-{short_id()}"
-        await sh("ip", "netns", "add", ns)
-        try:
-            env = pod_env(ns, name, uid)
+    for pod in await rig.cached_pods(count):
+        async with rig.netns_envs([pod]) as (env,):
             start = time.perf_counter()
             failed += await run_shim(rig.shim, "ADD", rig.shim_conf, env) != 0
             seconds.append(time.perf_counter() - start)
             await run_shim(rig.shim, "DEL", rig.shim_conf, env)
-        finally:
-            await sh("ip", "netns", "del", ns)
     return Stats.of(seconds), failed
 
 
