@@ -18,8 +18,13 @@ def atomic_write(
     mode: int = 0o600,
     dir_mode: int = 0o700,
     sync_dir: bool = True,
+    replace: bool = True,
 ) -> None:
     """Write ``data`` to ``path`` via a temp file in the same directory, fsync, rename.
+
+    With ``replace=False`` the temp file is published with ``link`` instead of ``rename``:
+    ``link`` fails with ``FileExistsError`` rather than overwrite, so "create only if absent"
+    holds without a race.
 
     Missing parent directories are created with ``dir_mode``. With ``sync_dir`` the directory
     is fsynced after the rename so the new *name* survives a power loss too; per-request cache
@@ -35,7 +40,11 @@ def atomic_write(
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, target)
+            os.unlink(tmp)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

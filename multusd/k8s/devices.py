@@ -29,12 +29,10 @@ plugin's file to it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +46,7 @@ from cni_shim.errors import (
     TRY_AGAIN_LATER,
     CNIError,
 )
+from multusd.fsutil import atomic_write
 
 if TYPE_CHECKING:
     import grpc
@@ -599,7 +598,8 @@ async def copy_device_plugin_info(
 def _copy_device_info(source: str, target: str) -> str | None:
     try:
         info = _load_device_info(source)
-        _write_new_file(target, gojson.dumps(info).encode(), mode=0o444)
+        data = gojson.dumps(info).encode()
+        atomic_write(target, data, mode=0o444, dir_mode=0o755, sync_dir=False, replace=False)
     except (OSError, ValueError) as exc:
         log.debug("device-info copy %s -> %s skipped: %s", source, target, exc)
     return target if os.path.exists(target) else None
@@ -678,24 +678,3 @@ def _ordered(info: dict[str, Any]) -> dict[str, Any]:
         if name in info:
             out[name] = {f: info[name][f] for f in fields if info[name].get(f)}
     return out
-
-
-def _write_new_file(path: str, data: bytes, *, mode: int) -> None:
-    """Write ``path`` whole and durable, never replacing an existing file.
-
-    The temp file is published with ``link`` rather than ``rename``: ``link`` fails with
-    ``EEXIST`` instead of overwriting, which is upstream's "already exists" rule without a race.
-    """
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".devinfo.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.link(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
