@@ -46,6 +46,7 @@ from cni_shim.errors import (
     TRY_AGAIN_LATER,
     CNIError,
 )
+from cni_shim.gojsonerr import type_name
 from multusd.fsutil import atomic_write
 
 if TYPE_CHECKING:
@@ -453,15 +454,8 @@ def _reject_constant(name: str) -> Any:
 
 
 def _json_kind(value: Any) -> str:
-    if isinstance(value, _Object):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "bool"
-    return "number"
+    """Go's name for the JSON kind; our objects are pair lists, so they are asked about first."""
+    return "object" if isinstance(value, _Object) else type_name(value)
 
 
 def _type_error(value: Any, struct: str, path: str, go_type: str) -> ValueError:
