@@ -131,17 +131,9 @@ def capability_args(delegate: Delegate, runtime_config: Mapping[str, Any] | None
             base["infinibandGUID"] = delegate.infiniband_guid_request
         if delegate.device_id:
             base["deviceID"] = delegate.device_id
-    out: dict[str, Any] = {}
-    if base.get("portMappings"):
-        out["portMappings"] = base["portMappings"]
-    if base.get("bandwidth"):
-        out["bandwidth"] = base["bandwidth"]
-    if base.get("ips"):
-        out["ips"] = base["ips"]
-    for key in ("mac", "infinibandGUID", "deviceID", "CNIDeviceInfoFile"):
-        if base.get(key):
-            out[key] = base[key]
-    return out
+    keys = ("portMappings", "bandwidth", "ips", "mac", "infinibandGUID", "deviceID",
+            "CNIDeviceInfoFile")  # fmt: skip
+    return {key: base[key] for key in keys if base.get(key)}
 
 
 def runtime_for(

@@ -192,6 +192,17 @@ async def named_network(per_pod: _PerPod, name: str, netconf: NetConf) -> Delega
     return found
 
 
+def cluster_network_error(netconf: NetConf, exc: CNIError) -> CNIError:
+    """Upstream replaces the reason a cluster network failed with a fixed text (kept), the
+    reason moves to the details."""
+    return CNIError(
+        exc.code,
+        f"GetDefaultNetworks: failed to get clusterNetwork {netconf.cluster_network} "
+        f"in namespace {netconf.multus_namespace}",
+        str(exc),
+    )
+
+
 async def default_networks(
     per_pod: _PerPod, netconf: NetConf, pod: dict[str, Any] | None
 ) -> list[Delegate]:
@@ -199,12 +210,7 @@ async def default_networks(
     try:
         master = await named_network(per_pod, netconf.cluster_network, netconf)
     except CNIError as exc:
-        raise CNIError(
-            exc.code,
-            f"GetDefaultNetworks: failed to get clusterNetwork {netconf.cluster_network} "
-            f"in namespace {netconf.multus_namespace}",
-            str(exc),
-        ) from exc
+        raise cluster_network_error(netconf, exc) from exc
     delegates = [master.as_master()]
     namespace = (pod or {}).get("metadata", {}).get("namespace", "")
     if pod is not None and namespace not in netconf.system_namespaces:

@@ -20,7 +20,12 @@ from multusd.cni.conf import (
 )
 from multusd.networks.delegates import Delegate, delegate_from_bytes, resolve_on_disk
 from multusd.networks.netconf import NetConf
-from multusd.networks.podnetworks import KubeNetworks, cluster_delegates, with_pod_delegates
+from multusd.networks.podnetworks import (
+    KubeNetworks,
+    cluster_delegates,
+    cluster_network_error,
+    with_pod_delegates,
+)
 
 
 def inline_delegates(netconf: NetConf) -> list[Delegate]:
@@ -45,12 +50,7 @@ async def cluster_network(netconf: NetConf) -> Delegate:
     try:
         found = await asyncio.to_thread(resolve_on_disk, netconf.cluster_network, netconf.conf_dir)
     except CNIError as exc:
-        raise CNIError(
-            exc.code,
-            f"GetDefaultNetworks: failed to get clusterNetwork {netconf.cluster_network} "
-            f"in namespace {netconf.multus_namespace}",
-            str(exc),
-        ) from exc
+        raise cluster_network_error(netconf, exc) from exc
     return found.as_master()
 
 
