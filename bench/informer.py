@@ -1,5 +1,7 @@
 """Issues 4 and 8c: the pod cache's memory and (re)list time for 1k, 10k and 50k pods, with
-pods read as JSON and as Kubernetes protobuf (``kubeClientProtobuf``).
+pods read as JSON and as Kubernetes protobuf (``kubeClientProtobuf``), and the cost of the
+watch that follows: every pod is then modified once (a status-annotation update, as the daemon's
+own network-status writes cause) and the reflector's CPU for those watch events is measured.
 
 The emulator runs in this process; the reflector runs in a child process so that its RSS is its
 own. Memory: the store's object graph (sys.getsizeof, each object once) and the child's RSS
@@ -28,7 +30,8 @@ from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.reflector import Reflector, ReflectorSettings
 from multusd.k8s.store import Store, trim_pod
 from multusd.kubesim import KubeSim
-from multusd.kubesim.operations import create
+from multusd.kubesim.encoding import JSON, PROTOBUF
+from multusd.kubesim.operations import create, get, update
 from multusd.kubesim.resources import PODS
 
 STATUS = json.dumps(
@@ -233,6 +236,15 @@ async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> 
         relist = reflector.statistics().last_list_seconds
         gc.collect()
         rss2 = proc_mib()
+        # The watch: the parent modifies every pod once; we count the CPU to take them in.
+        events0 = reflector.statistics().events
+        cpu0 = time.process_time()
+        t0 = loop.time()
+        print("SYNCED", flush=True)
+        while reflector.statistics().events < events0 + count:
+            await asyncio.sleep(0.005)
+        watch_cpu = time.process_time() - cpu0
+        watch_wall = loop.time() - t0
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert len(store) == count, (len(store), count)
@@ -251,6 +263,10 @@ async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> 
         "rss_delta_after_list_mib": round(rss1 - rss0, 1),
         "rss_delta_after_relist_mib": round(rss2 - rss0, 1),
         "bucket_wait_s": round(bucket.total_wait, 3),
+        "watch_events": count,
+        "watch_wall_s": round(watch_wall, 3),
+        "watch_client_cpu_s": round(watch_cpu, 3),
+        "watch_cpu_us_per_event": round(watch_cpu / count * 1e6, 1),
     }
 
 
@@ -265,6 +281,25 @@ async def _wire_bytes_per_pod(sim: KubeSim, accept: str, page_size: int) -> floa
     return len(body) / page_size
 
 
+def _watch_bytes_per_event(sim: KubeSim, protobuf: bool) -> int:
+    """Bytes of one MODIFIED watch event as the emulator frames it (the stream's own bytes)."""
+    raw = get(sim.state, PODS, "default", realistic_pod(0)["metadata"]["name"]).raw
+    return len((PROTOBUF if protobuf else JSON).watch_event("MODIFIED", raw))
+
+
+async def _modify_every_pod(sim: KubeSim, count: int, generation: int) -> None:
+    """One update per pod (its network-status annotation rewritten), yielding to the loop every
+    few hundred so the watch streams flush as they would from a real API server."""
+    for i in range(count):
+        obj = realistic_pod(i)
+        obj["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"] = STATUS.replace(
+            "10.244.1.17", f"10.244.{generation}.17"
+        )
+        update(sim.state, PODS, "default", obj["metadata"]["name"], obj)
+        if i % 200 == 199:
+            await asyncio.sleep(0)
+
+
 async def parent(count: int, page_size: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     async with KubeSim() as sim:
@@ -272,15 +307,18 @@ async def parent(count: int, page_size: int) -> list[dict[str, Any]]:
             create(sim.state, PODS, "default", realistic_pod(i), keep_status=True)
         tmp = Path(tempfile.mkdtemp(dir="/tmp"))
         kubeconfig = await sim.write_kubeconfig(tmp / "kubeconfig")
-        for protobuf in (False, True):
-            row = await _child(kubeconfig, count, page_size, protobuf)
+        for generation, protobuf in enumerate((False, True), start=1):
+            row = await _child(sim, kubeconfig, count, page_size, protobuf, generation)
             accept = kproto.MEDIA_TYPE if protobuf else "application/json"
             row["wire_bytes_per_pod"] = round(await _wire_bytes_per_pod(sim, accept, page_size))
+            row["watch_bytes_per_event"] = _watch_bytes_per_event(sim, protobuf)
             rows.append(row)
     return rows
 
 
-async def _child(kubeconfig: Path, count: int, page_size: int, protobuf: bool) -> dict[str, Any]:
+async def _child(
+    sim: KubeSim, kubeconfig: Path, count: int, page_size: int, protobuf: bool, generation: int
+) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -293,8 +331,11 @@ async def _child(kubeconfig: Path, count: int, page_size: int, protobuf: bool) -
         stdout=asyncio.subprocess.PIPE,
         cwd=REPO,
     )
-    out, _ = await proc.communicate()
-    assert proc.returncode == 0
+    assert proc.stdout is not None
+    assert await proc.stdout.readline() == b"SYNCED\n"
+    await _modify_every_pod(sim, count, generation)
+    out = await proc.stdout.read()
+    assert await proc.wait() == 0
     row: dict[str, Any] = json.loads(out)
     return row
 
@@ -302,17 +343,20 @@ async def _child(kubeconfig: Path, count: int, page_size: int, protobuf: bool) -
 def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500) -> list[Any]:
     rows = [row for n in sizes for row in asyncio.run(parent(n, page_size))]
     lines = [
-        f"Command: `tox -e bench -- informer`. Page size {page_size}; wire bytes are of one "
-        "list page, per pod.",
+        f"Command: `tox -e bench -- informer`. Page size {page_size}; list wire bytes are of "
+        "one list page, per pod. Watch: every pod then modified once; bytes of one MODIFIED "
+        "event and the reflector's CPU per event (decode, trim, store).",
         "",
-        "| pods | encoding | wire bytes/pod | first list s | client CPU s | relist after 410 s "
-        "| store MiB | bytes/pod | RSS growth after list MiB | after relist MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| pods | encoding | list bytes/pod | first list s | list client CPU s "
+        "| relist after 410 s | watch bytes/event | watch CPU µs/event | store MiB | bytes/pod "
+        "| RSS growth after list MiB | after relist MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['pods']:,} | {r['encoding']} | {r['wire_bytes_per_pod']:,} "
         f"| {r['first_list_s']:.2f} | {r['first_list_client_cpu_s']:.2f} "
-        f"| {r['relist_s']:.2f} | {r['store_mib']:.1f} | {r['bytes_per_pod']:,} "
+        f"| {r['relist_s']:.2f} | {r['watch_bytes_per_event']:,} "
+        f"| {r['watch_cpu_us_per_event']:.0f} | {r['store_mib']:.1f} | {r['bytes_per_pod']:,} "
         f"| {r['rss_delta_after_list_mib']:.0f} | {r['rss_delta_after_relist_mib']:.0f} |"
         for r in rows
     ]

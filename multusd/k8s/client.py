@@ -15,10 +15,13 @@ daemon needs is five verbs on raw JSON, so this is those five verbs:
 aiohttp speaks HTTP/1.1, so each open watch holds one pooled connection: the pool is sized for
 a couple of watches plus concurrent requests (reference: python-stack §1.7).
 
-With ``protobuf_pods``, pod reads (get, list, watch) ask for Kubernetes protobuf first and JSON
-second, and each response is decoded by its Content-Type: protobuf through ``multusd.kproto``
-(which returns pods already trimmed to what the daemon reads), anything else as JSON. Every
-other request, NADs included (CRDs have no protobuf form), stays JSON.
+With ``protobuf_pods`` (the default, as client-go's), pod reads (get, list, watch) ask for
+Kubernetes protobuf first and JSON second, and each response is decoded by its Content-Type:
+protobuf through ``multusd.kproto`` (which returns pods already trimmed to what the daemon
+reads), anything else as JSON. Every other request, NADs included (CRDs have no protobuf form),
+stays JSON. A protobuf body our decoder cannot read turns protobuf off for the rest of the
+client's life (one warning) and the request is repeated as JSON: a server that sends something
+unexpected costs one extra request, never a failed ADD.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ class ClientSettings:
     watch_read_timeout: float = 90.0  # max silence on a watch stream (socket read)
     user_agent: str = "multusd"
     pool_size: int = 16  # connections; each open watch holds one
-    protobuf_pods: bool = False  # ask for protobuf on pod get/list/watch (JSON fallback)
+    protobuf_pods: bool = True  # ask for protobuf on pod get/list/watch (JSON fallback)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,7 @@ class KubeClient:
         self._requests: Counter[tuple[str, str]] = Counter()
         self._statuses: Counter[int] = Counter()
         self._watches_open = 0
+        self._protobuf_pods = self.settings.protobuf_pods
         self._timeout = aiohttp.ClientTimeout(
             total=self.settings.request_timeout,
             sock_connect=self.settings.connect_timeout,
@@ -287,7 +291,7 @@ class KubeClient:
         if waited > _WAIT_LOG_THRESHOLD:
             log.debug("waited %.3f s for the API rate limit: %s %s", waited, key[0], key[1])
         headers: dict[str, str] = {}
-        if self.settings.protobuf_pods and key[1] == "pods" and key[0] in ("get", "list", "watch"):
+        if self._protobuf_pods and key[1] == "pods" and key[0] in ("get", "list", "watch"):
             headers["Accept"] = PROTOBUF_ACCEPT
         token = await self._token.current()
         if token:
@@ -336,7 +340,13 @@ class KubeClient:
         self._statuses[status] += 1
         try:
             if media == kproto.MEDIA_TYPE:
-                decoded = kproto.decode(payload)
+                try:
+                    decoded = kproto.decode(payload)
+                except ValueError as exc:
+                    if not self._protobuf_pods:
+                        raise
+                    self._give_up_protobuf(f"{method} {path}", exc)
+                    return await self._request(method, path, params=params, timeout=timeout)
             else:
                 decoded = json.loads(payload) if payload else {}
         except ValueError as exc:
@@ -373,7 +383,7 @@ class KubeClient:
             self._statuses[resp.status] += 1
             self._watches_open += 1
             if resp.content_type == kproto.MEDIA_TYPE:
-                events = _protobuf_events(resp, key)
+                events = _protobuf_events(resp, key, self._give_up_protobuf)
             else:
                 events = _events(resp, key)
             try:
@@ -384,6 +394,16 @@ class KubeClient:
         finally:
             # A watch left before its end must not return a half-read connection to the pool.
             resp.close()
+
+    def _give_up_protobuf(self, what: str, exc: ValueError) -> None:
+        """Read pods as JSON from now on: this server sent protobuf our decoder cannot read."""
+        if self._protobuf_pods:
+            self._protobuf_pods = False
+            log.warning(
+                "cannot decode protobuf from the API server (%s: %s); reading pods as JSON",
+                what,
+                exc,
+            )
 
 
 async def _events(resp: aiohttp.ClientResponse, key: tuple[str, str]) -> AsyncGenerator[Obj, None]:
@@ -407,16 +427,20 @@ async def _events(resp: aiohttp.ClientResponse, key: tuple[str, str]) -> AsyncGe
 
 
 async def _protobuf_events(
-    resp: aiohttp.ClientResponse, key: tuple[str, str]
+    resp: aiohttp.ClientResponse,
+    key: tuple[str, str],
+    undecodable: Callable[[str, ValueError], None],
 ) -> AsyncGenerator[Obj, None]:
     """Length-prefixed protobuf watch frames, decoded to the same events as the JSON path
-    (objects already trimmed)."""
+    (objects already trimmed). A frame we cannot decode ends the stream as a transport error
+    after telling ``undecodable``, so the reflector's next watch asks for JSON."""
     reader = kproto.WatchFrameReader()
     try:
         async for chunk in resp.content.iter_any():
             try:
                 events = reader.feed(chunk)
             except ValueError as exc:
+                undecodable(f"watch {key[1]}", exc)
                 raise TransportError(f"undecodable watch event on {key[1]}: {exc}") from exc
             for event in events:
                 if event["type"] == "ERROR":

@@ -16,11 +16,13 @@ from types import ModuleType
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import pytest
 
 from multusd import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
-from multusd.k8s.errors import NotFound, TooManyRequests
+from multusd.k8s.errors import NotFound, TooManyRequests, TransportError
+from multusd.k8s.kubeconfig import ClusterConfig
 from multusd.k8s.reflector import Reflector, ReflectorSettings
 from multusd.k8s.store import Store, trim_pod
 from multusd.kubesim import ErrorRule, KubeSim, Settings
@@ -67,7 +69,9 @@ async def client(sim: KubeSim, short_tmp: Path) -> AsyncIterator[KubeClient]:
 
 @pytest.fixture
 async def json_client(sim: KubeSim, short_tmp: Path) -> AsyncIterator[KubeClient]:
-    async with await _client(sim, short_tmp, ClientSettings(request_timeout=10.0)) as api:
+    async with await _client(
+        sim, short_tmp, ClientSettings(request_timeout=10.0, protobuf_pods=False)
+    ) as api:
         yield api
 
 
@@ -248,3 +252,81 @@ async def test_protobuf_error_statuses_become_typed_errors(
     assert caught.value.retry_after == 3
     (record,) = _pod_requests(sim, "get")
     assert record.content_type == kproto.MEDIA_TYPE  # the Status came in protobuf
+
+
+class _GarbledProtobufServer:
+    """An API server whose protobuf pod bodies our decoder cannot read (what a future or broken
+    server could send) and whose JSON is fine: the client must fall back, not fail."""
+
+    def __init__(self) -> None:
+        self.accepts: list[tuple[str, str]] = []  # (path, Accept) of each request
+        self.url = ""
+        self._runner: aiohttp.web.AppRunner | None = None
+
+    async def _pod(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        accept = request.headers.get("Accept", "")
+        self.accepts.append((request.path, accept))
+        if accept.startswith(kproto.MEDIA_TYPE):
+            # The magic, then a runtime.Unknown whose raw field claims more bytes than follow.
+            return aiohttp.web.Response(body=b"k8s\x00\x12\x7f\x01", content_type=kproto.MEDIA_TYPE)
+        return aiohttp.web.json_response(pod("garbled"))
+
+    async def _watch(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        accept = request.headers.get("Accept", "")
+        self.accepts.append((request.path, accept))
+        resp = aiohttp.web.StreamResponse()
+        if accept.startswith(kproto.MEDIA_TYPE):
+            resp.content_type = kproto.MEDIA_TYPE
+            await resp.prepare(request)
+            await resp.write(b"\x00\x00\x00\x03\xff\xff\xff")  # a frame that is no WatchEvent
+            return resp
+        resp.content_type = "application/json"
+        await resp.prepare(request)
+        await resp.write(b'{"type":"ADDED","object":{"metadata":{"name":"garbled"}}}\n')
+        return resp
+
+    async def __aenter__(self) -> _GarbledProtobufServer:
+        app = aiohttp.web.Application()
+        app.router.add_get("/api/v1/namespaces/default/pods/garbled", self._pod)
+        app.router.add_get("/api/v1/pods", self._watch)
+        self._runner = aiohttp.web.AppRunner(app)
+        await self._runner.setup()
+        site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+
+async def test_undecodable_protobuf_turns_protobuf_off_and_the_get_is_repeated_as_json(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with _GarbledProtobufServer() as server:
+        config = ClusterConfig(server=server.url, source="test")
+        async with KubeClient(config, ClientSettings(request_timeout=10.0)) as api:
+            got = await api.get("/api/v1/namespaces/default/pods/garbled")
+            assert got["metadata"]["name"] == "garbled"
+            await api.get("/api/v1/namespaces/default/pods/garbled")
+    accepts = [accept for _, accept in server.accepts]
+    assert accepts[0].startswith(kproto.MEDIA_TYPE)
+    assert all(a == "application/json" for a in accepts[1:]) and len(accepts) == 3
+    warnings = [r for r in caplog.records if "reading pods as JSON" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+async def test_undecodable_protobuf_watch_ends_and_the_next_watch_asks_for_json() -> None:
+    async with _GarbledProtobufServer() as server:
+        config = ClusterConfig(server=server.url, source="test")
+        async with KubeClient(config, ClientSettings(request_timeout=10.0)) as api:
+            with pytest.raises(TransportError, match="undecodable watch event"):
+                async with api.watch("/api/v1/pods", {}) as events:
+                    async for _ in events:
+                        pass
+            async with api.watch("/api/v1/pods", {}) as events:
+                first = await anext(aiter(events))
+    assert first["object"]["metadata"]["name"] == "garbled"
+    assert [accept.startswith(kproto.MEDIA_TYPE) for _, accept in server.accepts] == [True, False]

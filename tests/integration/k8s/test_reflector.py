@@ -41,7 +41,8 @@ async def sim() -> AsyncIterator[KubeSim]:
 async def client(sim: KubeSim, short_tmp: Path) -> AsyncIterator[KubeClient]:
     kubeconfig = await sim.write_kubeconfig(short_tmp / "kubeconfig")
     config = load_cluster_config(str(kubeconfig), environ={})
-    async with KubeClient(config, ClientSettings(request_timeout=10.0)) as api:
+    # JSON here; test_protobuf.py runs this whole suite again over protobuf.
+    async with KubeClient(config, ClientSettings(request_timeout=10.0, protobuf_pods=False)) as api:
         yield api
 
 
