@@ -11,11 +11,13 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from multusd import __version__
+from multusd.errors import StartupError
 
 SUBCOMMANDS = ("demo", "install-shim", "kubesim", "probe")
+LOOPS = ("asyncio", "uvloop", "auto")
 
 
 def version_line(program: str = "multus-daemon") -> str:
@@ -30,14 +32,34 @@ def _daemon_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-config", "--config", dest="config", default=None)
     parser.add_argument("-version", "--version", dest="version", action="store_true")
+    parser.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="asyncio",
+        help="event loop: asyncio (default), uvloop, or auto (uvloop when installed)",
+    )
     return parser
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event-loop factory for ``--loop`` (None: asyncio's own). uvloop is optional: ``auto``
+    falls back to asyncio without it, ``uvloop`` is a start-up error without it."""
+    if name == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if name == "uvloop":
+            raise StartupError("--loop uvloop: uvloop is not installed") from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 def run_daemon(argv: Sequence[str]) -> int:
     from multusd import logs
     from multusd.config.daemon import DEFAULT_CONFIG_PATH, load_daemon_config
     from multusd.daemon import run
-    from multusd.errors import StartupError
 
     args = _daemon_parser().parse_args(argv)
     if args.version:
@@ -55,7 +77,8 @@ def run_daemon(argv: Sequence[str]) -> int:
         log_options=config.log_options,
     )
     try:
-        return asyncio.run(run(config, raw))
+        with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+            return runner.run(run(config, raw))
     except StartupError as exc:
         print(f"multusd: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -103,7 +126,6 @@ def run_probe(argv: Sequence[str]) -> int:
     unix socket). Exit 0 when ``/healthz`` (or ``/readyz``) answers 200, else 1."""
     from cni_shim import transport
     from multusd.config.daemon import DEFAULT_CONFIG_PATH, load_daemon_config
-    from multusd.errors import StartupError
 
     parser = argparse.ArgumentParser(prog="multusd probe", description=run_probe.__doc__)
     parser.add_argument("--ready", action="store_true", help="check /readyz instead of /healthz")

@@ -65,6 +65,8 @@ def use_pidfd_child_watcher(loop: asyncio.AbstractEventLoop) -> None:
     """
     if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
         return
+    if not isinstance(loop, asyncio.BaseEventLoop):
+        return  # uvloop (``--loop uvloop``) reaps its children itself
     try:
         os.close(os.pidfd_open(os.getpid()))
     except OSError:
@@ -265,6 +267,7 @@ async def run(
     settings = settings or ShutdownSettings()
     environ = os.environ if environ is None else environ
     loop = asyncio.get_running_loop()
+    log.info("event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)
     use_pidfd_child_watcher(loop)
     stop = asyncio.Event()
     signals_seen = 0

@@ -139,8 +139,10 @@ async def start_daemon(workdir: Path) -> AsyncIterator[Callable[..., Awaitable[D
     """Factory: start a daemon with ``daemon_config(workdir, **overrides)``; stopped after."""
     started: list[Daemon] = []
 
-    async def start(env: dict[str, str] | None = None, **overrides: Any) -> Daemon:
-        daemon = Daemon(workdir, daemon_config(workdir, **overrides), env)
+    async def start(
+        env: dict[str, str] | None = None, args: tuple[str, ...] = (), **overrides: Any
+    ) -> Daemon:
+        daemon = Daemon(workdir, daemon_config(workdir, **overrides), env, args)
         started.append(daemon)
         await daemon.start()
         return daemon

@@ -64,6 +64,7 @@ class Daemon:
     workdir: Path
     config: dict[str, Any]
     env: Mapping[str, str] | None = None
+    args: tuple[str, ...] = ()  # extra command-line arguments
     proc: asyncio.subprocess.Process | None = None
     log_path: Path = field(init=False)
 
@@ -95,6 +96,7 @@ class Daemon:
                 "multusd",
                 "--config",
                 str(config_path),
+                *self.args,
                 stdout=log,
                 stderr=log,
                 cwd=REPO,

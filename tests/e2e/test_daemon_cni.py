@@ -48,6 +48,16 @@ async def test_conflist_cluster_network(
     assert result["ips"][0]["address"].startswith("10.251.0.")
 
 
+async def test_uvloop_event_loop_serves_add_check_del(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, conflist_file: Path
+) -> None:
+    """``--loop uvloop`` (benchmarked, not the default): plugins spawned and reaped by uvloop."""
+    daemon = await start_daemon(clusterNetwork=str(conflist_file), args=("--loop", "uvloop"))
+    result = await _add_check_del(shim_path, daemon, await netns())
+    assert result["ips"][0]["address"].startswith("10.251.0.")
+    assert "uvloop" in daemon.log()
+
+
 async def test_conf_cluster_network(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, conf_file: Path
 ) -> None:
