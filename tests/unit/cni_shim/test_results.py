@@ -970,3 +970,22 @@ def test_import_pulls_in_only_the_stdlib() -> None:
         if name.split(".")[0] not in sys.stdlib_module_names and name.split(".")[0] != "cni_shim"
     ]
     assert foreign == []
+
+
+def test_normalizing_a_result_made_here_copies_it_instead_of_decoding_again() -> None:
+    """The fast path for canonical dicts this module made gives what a full decode gives, as a
+    new dict each time, so a caller's edits to its copy never reach anyone else's."""
+    raw = (
+        b'{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/ns"}],'
+        b'"ips":[{"interface":0,"address":"10.1.0.5/16","gateway":"10.1.0.1"}],'
+        b'"routes":[{"dst":"0.0.0.0/0","gw":"10.1.0.1"}]}'
+    )
+    made = results.decode(raw, "1.0.0")
+    slow = results.normalize(dict(made))  # a dict not made here: decoded in full
+    fast = results.normalize(made)
+    assert fast == slow == made
+    assert fast is not made and fast["ips"] is not made["ips"]
+    fast["ips"][0]["address"] = "192.0.2.1/24"
+    assert results.normalize(made)["ips"][0]["address"] == "10.1.0.5/16"
+    assert results.convert(made, "0.4.0") == results.convert(slow, "0.4.0")
+    assert results.to_wire(made) == results.to_wire(slow)
