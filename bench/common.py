@@ -124,3 +124,25 @@ def publish(section: str, markdown: str) -> None:
     head, rest = text.split(start, 1)
     _old, tail = rest.split(end, 1)
     PERFORMANCE_MD.write_text(f"{head}{start}\n{markdown.strip()}\n{end}{tail}")
+
+
+IMAGES = REPO / "docs" / "images"
+
+
+@contextlib.contextmanager
+def chart(name: str, *, rows: int = 1, cols: int = 1, size: tuple[float, float]) -> Iterator[Any]:
+    """A matplotlib figure (headless) whose axes are yielded and which is written to
+    ``docs/images/NAME.png`` on exit. matplotlib is imported here, only by benchmarks that draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(rows, cols, figsize=size, dpi=110)
+    try:
+        yield axes
+        fig.tight_layout()
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        fig.savefig(IMAGES / f"{name}.png")
+    finally:
+        plt.close(fig)

@@ -15,14 +15,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Stats, publish, save
+from bench.common import Stats, chart, publish, save
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
 STEPS = (1, 4, 16, 64, 256)
 CAP = 8
-MODES = {"no cap": {}, f"connectionLimit {CAP}": {"connectionLimit": CAP}}
-CHART = REPO / "docs" / "images" / "concurrency.png"
+MODES: dict[str, dict[str, Any]] = {
+    "no cap": {},
+    f"connectionLimit {CAP}": {"connectionLimit": CAP},
+    "no cap, uvloop": {"loop": "uvloop"},
+}
 
 
 async def _step(rig: Rig, width: int) -> dict[str, Any]:
@@ -55,26 +58,17 @@ async def run() -> dict[str, Any]:
 
 
 def _chart(data: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (rate, tail) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=110)
-    for mode, steps in data.items():
-        widths = [s["width"] for s in steps]
-        rate.plot(widths, [s["adds_per_s"] for s in steps], marker="o", label=mode)
-        tail.plot(widths, [s["p99_ms"] / 1000 for s in steps], marker="o", label=mode)
-    for ax, title in ((rate, "ADDs completed per second"), (tail, "ADD p99 latency, s")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("ADDs issued at once")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    rate.legend()
-    fig.tight_layout()
-    CHART.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(CHART)
-    plt.close(fig)
+    with chart("concurrency", cols=2, size=(9, 3.6)) as (rate, tail):
+        for mode, steps in data.items():
+            widths = [s["width"] for s in steps]
+            rate.plot(widths, [s["adds_per_s"] for s in steps], marker="o", label=mode)
+            tail.plot(widths, [s["p99_ms"] / 1000 for s in steps], marker="o", label=mode)
+        for ax, title in ((rate, "ADDs completed per second"), (tail, "ADD p99 latency, s")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("ADDs issued at once")
+            ax.set_title(title)
+            ax.grid(alpha=0.3)
+        rate.legend()
 
 
 def main() -> dict[str, Any]:

@@ -54,8 +54,8 @@ def pod_env(ns: str, pod: str, uid: str) -> dict[str, str]:
 class Rig:
     """Emulator + daemon + installed shim + a bridge cluster network, in a temp dir."""
 
-    def __init__(self, sim: KubeSim, workdir: Path, **extra: Any) -> None:
-        self.sim, self.workdir, self.extra = sim, workdir, extra
+    def __init__(self, sim: KubeSim, workdir: Path, *, loop: str = "asyncio", **extra: Any) -> None:
+        self.sim, self.workdir, self.extra, self.loop = sim, workdir, extra, loop
         self.bridge = f"mbk{short_id()[:6]}"
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -76,13 +76,20 @@ class Rig:
             "clusterNetwork": str(w / "net.d" / "10-bench.conflist"), "kubeconfig": str(kubeconfig),
             **self.extra,
         }  # fmt: skip
-        (w / "daemon.json").write_text(json.dumps(config))
+        self._config = config
         self.shim = await asyncio.to_thread(install_shim, w / "bin")
         self.shim_conf = json.dumps({"cniVersion": "1.0.0", "name": "multus-cni-network",
                                      "type": "multus-shim", "daemonSocketDir": str(w / "run")}
                                     ).encode()  # fmt: skip
+        await self._start_daemon()
+        return self
+
+    async def _start_daemon(self) -> None:
+        w = self.workdir
+        (w / "daemon.json").write_text(json.dumps(self._config))
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "multusd", "--config", str(w / "daemon.json"), cwd=REPO,
+            sys.executable, "-m", "multusd", "--config", str(w / "daemon.json"),
+            "--loop", self.loop, cwd=REPO,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env={**os.environ, "MULTUS_NODE_NAME": NODE},
         )  # fmt: skip
@@ -90,12 +97,21 @@ class Rig:
             if (w / "run" / "multus.sock").exists():
                 break
             await asyncio.sleep(0.05)
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def _stop_daemon(self) -> None:
         if self.proc is not None:
             self.proc.terminate()
             await self.proc.wait()
+            self.proc = None
+
+    async def restart(self, **extra: Any) -> None:
+        """The daemon again with ``extra`` config keys; result cache, IPAM and netns stay."""
+        await self._stop_daemon()
+        self._config = {**self._config, **extra}
+        await self._start_daemon()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stop_daemon()
         await sh("ip", "link", "del", self.bridge)
 
     def create_pod(self, name: str) -> str:

@@ -20,7 +20,10 @@ from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.faults import LatencyRule
 
-MODES = {"watch cache": {}, "direct GET (seed)": {"benchmarkDirectPodGet": True}}
+MODES: dict[str, dict[str, Any]] = {
+    "watch cache": {},
+    "direct GET (seed)": {"benchmarkDirectPodGet": True},
+}
 LATENCIES_MS = (0, 5, 50)
 
 

@@ -1,9 +1,12 @@
-"""Issue 8b: a mass creation and a deletion storm at client-go's old 5 QPS and at our 50.
+"""Issue 8b: a mass creation (200 pods ADDed at once) and a deletion storm (500 pods DELed at
+once), at client-go's old 5 QPS and at our 50, through the real shim and daemon.
 
-200 pods are ADDed at once through the real shim and daemon, then deleted from the API and
-DELed at once. Every ADD writes one network-status PATCH (awaited) and posts one event (in the
-background); both pass through the daemon's single token bucket, so the bucket's rate bounds how
-fast a burst of pod creations completes. DEL reads the watch cache and costs no request.
+Every ADD writes one network-status PATCH (awaited) and posts one event (in the background);
+both pass through the daemon's single token bucket, so the bucket's rate bounds how fast a burst
+of pod creations completes. A DEL reads the watch cache and costs no request; with the seed's
+direct GET (``benchmarkDirectPodGet``) every DEL spends one GET, and at 5 QPS a storm of them
+queues behind the bucket. Each deletion storm runs on a daemon restarted with the switches under
+test, after its 500 pods were ADDed (at 50 QPS, 16 at a time, untimed) and deleted from the API.
 """
 
 from __future__ import annotations
@@ -15,17 +18,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Stats, proc_mib, publish, save
+from bench.common import Stats, chart, proc_mib, publish, save
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
+CREATE = 200
+DELETE = 500
 # client-go's old defaults (5 QPS, burst 10), then upstream Multus's client since #1154.
 RATES = {"5 QPS (burst 10)": (5, 10), "50 QPS (burst 50)": (50, 50)}
-HEADER = (
-    "| client rate | ADD wall s | ADD p50 s | ADD p99 s | all requests done s | peak req/s "
-    "| DEL wall s | DEL p99 s | DEL requests | daemon RSS before → peak MiB |\n" + "|---" * 10 + "|"
+LOOKUPS = {"watch cache": False, "direct GET (seed)": True}
+_HEADER = "| {} | wall s | {} p50 s | {} p99 s | {} | peak req/s | daemon RSS before → peak MiB |"
+CREATION_HEADER = (
+    _HEADER.format("client rate", "ADD", "ADD", "all requests done s") + "\n" + ("|---" * 7 + "|")
 )
-CHART = REPO / "docs" / "images" / "qps_storm.png"
+DELETION_HEADER = _HEADER.format("client rate, pod lookup", "DEL", "DEL", "API requests") + (
+    "\n" + "|---" * 7 + "|"
+)
 
 
 def _per_second(sim: KubeSim, since: float) -> list[int]:
@@ -37,104 +45,151 @@ def _per_second(sim: KubeSim, since: float) -> list[int]:
     return counts
 
 
-async def _storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
-    pods = await rig.cached_pods(count)
-    async with rig.netns_envs(pods) as envs:
-        return await _storm_in(sim, rig, pods, envs)
+async def _timed(rig: Rig, command: str, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    assert await run_shim(rig.shim, command, rig.shim_conf, env) == 0
+    return time.perf_counter() - start
 
 
-async def _storm_in(
-    sim: KubeSim, rig: Rig, pods: list[tuple[str, str]], envs: list[dict[str, str]]
-) -> dict[str, Any]:
-    count = len(pods)
-
-    async def timed(command: str, env: dict[str, str]) -> float:
-        start = time.perf_counter()
-        assert await run_shim(rig.shim, command, rig.shim_conf, env) == 0
-        return time.perf_counter() - start
-
-    assert rig.proc is not None
-    rss_before = proc_mib(pid=rig.proc.pid)
-    sim.stats.reset()
-    since = time.monotonic()
-    adds = await asyncio.gather(*(timed("ADD", env) for env in envs))
-    add_wall = time.monotonic() - since
-    async with asyncio.timeout(600):  # the background event posts drain through the bucket
+async def _events_posted(sim: KubeSim, count: int) -> None:
+    """Until the daemon's background event posts (one per ADD) have all reached the API."""
+    async with asyncio.timeout(600):
         while sim.stats.count("create", "events") < count:
             await asyncio.sleep(0.1)
-    drained = time.monotonic() - since
-    add_rate = _per_second(sim, since)
-    for name, _ in pods:
-        sim.delete("pods", "default", name)
-    sim.stats.reset()
-    since = time.monotonic()
-    dels = await asyncio.gather(*(timed("DEL", env) for env in envs))
-    del_wall = time.monotonic() - since
-    del_requests = sum(1 for r in sim.stats.requests() if r.verb != "watch")
-    rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
+
+
+async def creation(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
+    """``count`` ADDs at once; the time until the last of their API requests is done too."""
+    assert rig.proc is not None
+    pods = await rig.cached_pods(count)
+    async with rig.netns_envs(pods) as envs:
+        rss_before = proc_mib(pid=rig.proc.pid)
+        sim.stats.reset()
+        since = time.monotonic()
+        adds = await asyncio.gather(*(_timed(rig, "ADD", env) for env in envs))
+        wall = time.monotonic() - since
+        await _events_posted(sim, count)
+        drained = time.monotonic() - since
+        rate = _per_second(sim, since)
+        rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
+        await asyncio.gather(*(_timed(rig, "DEL", env) for env in envs))
     return {
-        "add_wall_s": add_wall,
-        "add": asdict(Stats.of(adds)),
+        "wall_s": wall,
+        "latency": asdict(Stats.of(adds)),
         "all_requests_done_s": drained,
-        "add_requests_per_second": add_rate,
-        "del_wall_s": del_wall,
-        "del": asdict(Stats.of(dels)),
-        "del_requests": del_requests,
+        "requests_per_second": rate,
         "daemon_rss_before_mib": rss_before,
         "daemon_rss_peak_mib": rss_peak,
     }
 
 
-async def run(count: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+async def deletion(sim: KubeSim, rig: Rig, count: int, **switches: Any) -> dict[str, Any]:
+    """``count`` pods ADDed (untimed), deleted from the API, then DELed at once by a daemon
+    restarted with ``switches``."""
+    pods = await rig.cached_pods(count)
+    async with rig.netns_envs(pods) as envs:
+        limit = asyncio.Semaphore(16)
+
+        async def add(env: dict[str, str]) -> None:
+            async with limit:
+                await _timed(rig, "ADD", env)
+
+        sim.stats.reset()
+        await asyncio.gather(*(add(env) for env in envs))
+        await _events_posted(sim, count)
+        await rig.restart(**switches)
+        assert rig.proc is not None
+        for name, _ in pods:
+            sim.delete("pods", "default", name)
+        await asyncio.sleep(1.0)  # the watch delivers the deletions, as it would in a cluster
+        rss_before = proc_mib(pid=rig.proc.pid)
+        sim.stats.reset()
+        since = time.monotonic()
+        dels = await asyncio.gather(*(_timed(rig, "DEL", env) for env in envs))
+        wall = time.monotonic() - since
+        requests = [r for r in sim.stats.requests() if r.verb != "watch"]
+        rate = _per_second(sim, since)
+        rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
+    return {
+        "wall_s": wall,
+        "latency": asdict(Stats.of(dels)),
+        "requests": len(requests),
+        "pod_gets": sum(1 for r in requests if r.verb == "get" and r.resource == "pods"),
+        "requests_per_second": rate,
+        "daemon_rss_before_mib": rss_before,
+        "daemon_rss_peak_mib": rss_peak,
+    }
+
+
+async def run(create: int, delete: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"creation": {}, "deletion": {}}
     async with KubeSim(Settings(bookmark_interval=5.0)) as sim:
         for label, (qps, burst) in RATES.items():
+            rate: dict[str, Any] = {"kubeClientQPS": qps, "kubeClientBurst": burst}
             with tempfile.TemporaryDirectory(prefix="mbq-", dir="/tmp") as tmp:
-                extra = {"kubeClientQPS": qps, "kubeClientBurst": burst}
-                async with Rig(sim, Path(tmp), **extra) as rig:
-                    out[label] = await _storm(sim, rig, count)
+                async with Rig(sim, Path(tmp), **rate) as rig:
+                    out["creation"][label] = await creation(sim, rig, create)
+            for lookup, direct in LOOKUPS.items():
+                with tempfile.TemporaryDirectory(prefix="mbq-", dir="/tmp") as tmp:
+                    async with Rig(sim, Path(tmp)) as rig:
+                        out["deletion"][f"{label}, {lookup}"] = await deletion(
+                            sim, rig, delete, **rate, benchmarkDirectPodGet=direct
+                        )
     return out
 
 
-def _chart(data: dict[str, Any], count: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=110)
-    for label, result in data.items():
-        rate = result["add_requests_per_second"]
-        ax.step(range(len(rate)), rate, where="post", label=label)
-    ax.set_xlabel(f"seconds since {count} ADDs started at once")
-    ax.set_ylabel("API requests per second")
-    ax.set_title("Mass creation: API request rate through the daemon's token bucket")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    CHART.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(CHART)
-    plt.close(fig)
+def _chart(data: dict[str, Any], create: int, delete: int) -> None:
+    with chart("qps_storm", rows=2, size=(8, 6.4)) as (top, bottom):
+        for label, result in data["creation"].items():
+            rate = result["requests_per_second"]
+            top.step(range(len(rate)), rate, where="post", label=label)
+        top.set_xlabel(f"seconds since {create} ADDs started at once")
+        top.set_title("Mass creation: API requests per second through the daemon's token bucket")
+        for label, result in data["deletion"].items():
+            rate = result["requests_per_second"]
+            style = "--" if "cache" in label else "-"
+            bottom.step(range(len(rate)), rate, style, where="post", label=label)
+        bottom.set_xlabel(f"seconds since {delete} DELs started at once")
+        bottom.set_title("Deletion storm: API requests per second (the watch cache makes none)")
+        for ax in (top, bottom):
+            ax.set_ylabel("requests/s")
+            ax.legend(fontsize="small")
+            ax.grid(alpha=0.3)
 
 
-def main(count: int = 200) -> dict[str, Any]:
-    data = asyncio.run(run(count))
-    rows = "\n".join(
-        f"| {label} | {r['add_wall_s']:.1f} | {r['add']['median_ms'] / 1000:.2f} | "
-        f"{r['add']['p99_ms'] / 1000:.2f} | {r['all_requests_done_s']:.1f} | "
-        f"{max(r['add_requests_per_second'])} | {r['del_wall_s']:.1f} | "
-        f"{r['del']['p99_ms'] / 1000:.2f} | {r['del_requests']} "
-        f"| {r['daemon_rss_before_mib']:.1f} → {r['daemon_rss_peak_mib']:.1f} |"
-        for label, r in data.items()
-    )
-    _chart(data, count)
-    table = f"""Command: `tox -e bench -- qps_storm` (as root). {count} pods ADDed at once through
-the real shim and daemon (bridge + host-local), then deleted from the API and DELed at once.
+def _rows(results: dict[str, Any], extra: str) -> str:
+    out = []
+    for label, r in results.items():
+        cells = [
+            label,
+            f"{r['wall_s']:.1f}",
+            f"{r['latency']['median_ms'] / 1000:.2f}",
+            f"{r['latency']['p99_ms'] / 1000:.2f}",
+            extra.format(**r),
+            str(max(r["requests_per_second"])),
+            f"{r['daemon_rss_before_mib']:.1f} → {r['daemon_rss_peak_mib']:.1f}",
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
-{HEADER}
-{rows}
 
-![API requests per second during the mass creation](images/qps_storm.png)"""
+def main(create: int = CREATE, delete: int = DELETE) -> dict[str, Any]:
+    data = asyncio.run(run(create, delete))
+    _chart(data, create, delete)
+    table = f"""Command: `tox -e bench -- qps_storm` (as root). Real shim and daemon, bridge +
+host-local, one network namespace per pod.
+
+Mass creation: {create} pods ADDed at once.
+
+{CREATION_HEADER}
+{_rows(data["creation"], "{all_requests_done_s:.1f}")}
+
+Deletion storm: {delete} pods deleted from the API, then DELed at once.
+
+{DELETION_HEADER}
+{_rows(data["deletion"], "{requests}")}
+
+![API requests per second during the mass creation and the deletion storm](images/qps_storm.png)"""
     publish("qps_storm", table)
     save("qps_storm", data)
     print(table)

@@ -59,7 +59,10 @@ async def run(count: int) -> dict[str, Any]:
                 ready = Path(tmp) / "ready" / "primary-ready"
                 ready.parent.mkdir()
                 ready.write_text("ok")
-                extra = {"readinessindicatorfile": str(ready), "benchmarkReadinessStat": stat}
+                extra: dict[str, Any] = {
+                    "readinessindicatorfile": str(ready),
+                    "benchmarkReadinessStat": stat,
+                }
                 async with Rig(sim, Path(tmp), **extra) as rig:
                     await _adds(rig, 3)  # warm-up
                     steady, steady_failed = await _adds(rig, count)
