@@ -19,6 +19,7 @@ import json
 import sys
 import tempfile
 import time
+import timeit
 from pathlib import Path
 from typing import Any
 
@@ -340,8 +341,33 @@ async def _child(
     return row
 
 
+def full_pod_decode(number: int = 20_000) -> dict[str, float]:
+    """What the emulator's trimmed protobuf hides: decode and trim of one complete pod as the
+    official protobuf runtime encodes it (the tests' fixture, same shape as ``realistic_pod``),
+    against the emulator's protobuf and JSON of ``realistic_pod``; bytes and µs per pod."""
+    from tests.kproto_fixtures import official_pod_bytes
+
+    full = official_pod_bytes()
+    pod = realistic_pod(7)
+    trimmed = kproto.wrap("Pod", kproto.pod_message(pod))
+    as_json = json.dumps(pod, separators=(",", ":")).encode()
+
+    def per_pod(func: Any) -> float:
+        return timeit.timeit(func, number=number) / number * 1e6
+
+    return {
+        "full_protobuf_bytes": len(full),
+        "full_protobuf_us": per_pod(lambda: kproto.decode_pod(full)),
+        "emulator_protobuf_bytes": len(trimmed),
+        "emulator_protobuf_us": per_pod(lambda: kproto.decode_pod(trimmed)),
+        "json_bytes": len(as_json),
+        "json_us": per_pod(lambda: trim_pod(json.loads(as_json))),
+    }
+
+
 def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500) -> list[Any]:
     rows = [row for n in sizes for row in asyncio.run(parent(n, page_size))]
+    full = full_pod_decode()
     lines = [
         f"Command: `tox -e bench -- informer`. Page size {page_size}; list wire bytes are of "
         "one list page, per pod. Watch: every pod then modified once; bytes of one MODIFIED "
@@ -360,9 +386,22 @@ def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500)
         f"| {r['rss_delta_after_list_mib']:.0f} | {r['rss_delta_after_relist_mib']:.0f} |"
         for r in rows
     ]
+    lines += [
+        "",
+        "One pod decoded and trimmed, in-process (what a real API server adds to the emulator's "
+        "protobuf):",
+        "",
+        "| encoding of one pod | bytes | decode + trim µs |",
+        "|---|---|---|",
+        f"| protobuf, complete (official runtime, upstream's .proto) "
+        f"| {full['full_protobuf_bytes']:,} | {full['full_protobuf_us']:.1f} |",
+        f"| protobuf, as the emulator sends it | {full['emulator_protobuf_bytes']:,} "
+        f"| {full['emulator_protobuf_us']:.1f} |",
+        f"| JSON (`realistic_pod`) | {full['json_bytes']:,} | {full['json_us']:.1f} |",
+    ]
     table = "\n".join(lines)
     publish("informer", table)
-    save("informer", {"rows": rows})
+    save("informer", {"rows": rows, "one_pod": full})
     print(table)
     return rows
 
