@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import REPO, proc_mib, publish, save
+from bench.common import REPO, chart, proc_mib, publish, save
 from multusd import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.reflector import Reflector, ReflectorSettings
@@ -365,9 +365,38 @@ def full_pod_decode(number: int = 20_000) -> dict[str, float]:
     }
 
 
+def _chart(rows: list[dict[str, Any]], full: dict[str, float]) -> None:
+    """Client CPU per listed pod and per watch event, JSON vs protobuf as the emulator sends it
+    and as a real API server would (the complete pod's extra decode time added)."""
+    extra_us = full["full_protobuf_us"] - full["emulator_protobuf_us"]
+    sizes = sorted({r["pods"] for r in rows})
+
+    def series(encoding: str, key: str, per_pod: bool) -> list[float]:
+        by = {r["pods"]: r for r in rows if r["encoding"] == encoding}
+        return [by[n][key] * (1e6 / n if per_pod else 1) for n in sizes]
+
+    with chart("informer", cols=2, size=(10, 3.6)) as (listing, watching):
+        for ax, key, per_pod, title in (
+            (listing, "first_list_client_cpu_s", True, "List: client CPU per pod, µs"),
+            (watching, "watch_cpu_us_per_event", False, "Watch: client CPU per event, µs"),
+        ):
+            pb = series("protobuf", key, per_pod)
+            ax.plot(sizes, series("JSON", key, per_pod), marker="o", label="JSON")
+            ax.plot(sizes, pb, marker="o", label="protobuf (emulator: trimmed pods)")
+            ax.plot(sizes, [v + extra_us for v in pb], marker="o", linestyle="--",
+                    label="protobuf, complete pods (estimate)")  # fmt: skip
+            ax.set_xscale("log")
+            ax.set_xlabel("pods in the cluster (cache without node filter)")
+            ax.set_title(title)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        listing.legend(fontsize="small")
+
+
 def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500) -> list[Any]:
     rows = [row for n in sizes for row in asyncio.run(parent(n, page_size))]
     full = full_pod_decode()
+    _chart(rows, full)
     lines = [
         f"Command: `tox -e bench -- informer`. Page size {page_size}; list wire bytes are of "
         "one list page, per pod. Watch: every pod then modified once; bytes of one MODIFIED "
@@ -398,6 +427,8 @@ def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500)
         f"| protobuf, as the emulator sends it | {full['emulator_protobuf_bytes']:,} "
         f"| {full['emulator_protobuf_us']:.1f} |",
         f"| JSON (`realistic_pod`) | {full['json_bytes']:,} | {full['json_us']:.1f} |",
+        "",
+        "![Client CPU per listed pod and per watch event, JSON vs protobuf](images/informer.png)",
     ]
     table = "\n".join(lines)
     publish("informer", table)

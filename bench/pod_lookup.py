@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, publish, save
+from bench.common import Stats, chart, publish, save
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.faults import LatencyRule
@@ -57,8 +57,24 @@ async def run(count: int) -> dict[str, Any]:
     return out
 
 
+def _chart(data: dict[str, Any]) -> None:
+    with chart("pod_lookup", size=(6.5, 3.6)) as ax:
+        for mode in MODES:
+            rows = [data[f"{mode} @ {ms} ms"] for ms in LATENCIES_MS]
+            line = ax.plot(LATENCIES_MS, [r["median_ms"] for r in rows], marker="o",
+                           label=f"{mode}, median")[0]  # fmt: skip
+            ax.plot(LATENCIES_MS, [r["p99_ms"] for r in rows], marker="x", linestyle="--",
+                    color=line.get_color(), label=f"{mode}, p99")  # fmt: skip
+        ax.set_xlabel("latency the emulator adds to every API request, ms")
+        ax.set_ylabel("ADD through shim and daemon, ms")
+        ax.set_title("Pod lookup: watch cache vs a GET per ADD")
+        ax.legend(fontsize="small")
+        ax.grid(alpha=0.3)
+
+
 def main(count: int = 30) -> dict[str, Any]:
     data = asyncio.run(run(count))
+    _chart(data)
     rows = "\n".join(
         f"| {key.split(' @ ')[0]} | {key.split(' @ ')[1]} | {v['median_ms']:.1f} | "
         f"{v['p99_ms']:.1f} | {v['pod_gets_per_add']:.2f} |"
@@ -67,6 +83,8 @@ def main(count: int = 30) -> dict[str, Any]:
     table = f"""Command: `tox -e bench -- pod_lookup` (as root). {count} ADDs per row, each of a pod
 already in the watch cache, through the real shim and daemon to a bridge network; the emulator
 delays every API request by the added latency.
+
+![ADD latency against API latency, cache vs direct GET](images/pod_lookup.png)
 
 | pod lookup | added API latency | ADD median ms | ADD p99 ms | pod GETs per ADD |
 |---|---|---|---|---|

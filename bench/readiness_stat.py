@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, publish, save
+from bench.common import Stats, chart, publish, save
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
@@ -84,8 +84,29 @@ async def run(count: int) -> dict[str, Any]:
     return out
 
 
+def _chart(data: dict[str, Any]) -> None:
+    columns = [
+        (phase, stat, f"{phase} {label}")
+        for phase in ("steady", "flapping")
+        for stat, label in (("median_ms", "p50"), ("p99_ms", "p99"))
+    ]
+    width = 0.38
+    with chart("readiness_stat", size=(6.5, 3.6)) as ax:
+        for k, (mode, r) in enumerate(data.items()):
+            values = [r[phase][stat] for phase, stat, _ in columns]
+            xs = [i + (k - 0.5) * width for i in range(len(columns))]
+            ax.bar_label(ax.bar(xs, values, width, label=mode), fmt="%.0f", fontsize="x-small")
+        ax.set_xticks(range(len(columns)), [label for _, _, label in columns])
+        ax.set_yscale("log")
+        ax.set_ylabel("ADD latency, ms (log scale)")
+        ax.set_title(f"Readiness file steady, then flapping ({GAP} s gone / {PRESENT} s back)")
+        ax.legend(fontsize="small", loc="upper left")
+        ax.grid(alpha=0.3, axis="y")
+
+
 def main(count: int = 40) -> dict[str, Any]:
     data = asyncio.run(run(count))
+    _chart(data)
     rows = "\n".join(
         f"| {mode} | {r['steady']['median_ms']:.1f} | {r['steady']['p99_ms']:.1f} "
         f"| {r['flapping']['median_ms']:.1f} | {r['flapping']['p99_ms']:.1f} "
@@ -97,7 +118,9 @@ column, through the real shim and daemon; flapping = the readiness file removed 
 back for {PRESENT} s, over and over.
 
 {HEADER}
-{rows}"""
+{rows}
+
+![ADD latency, readiness file watched vs stat-ed per request](images/readiness_stat.png)"""
     publish("readiness_stat", table)
     save("readiness_stat", data)
     print(table)
