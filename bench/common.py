@@ -115,6 +115,14 @@ def save(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
+def report(name: str, markdown: str, data: dict[str, Any], *, section: str | None = None) -> None:
+    """A benchmark's ending: its table into docs/performance.md (``section``, default ``name``),
+    its raw figures into ``bench/results/NAME.json``, and the table on stdout."""
+    publish(section or name, markdown)
+    save(name, data)
+    print(markdown)
+
+
 def publish(section: str, markdown: str) -> None:
     """Replace the text between ``<!-- bench:NAME -->`` markers in docs/performance.md."""
     start, end = f"<!-- bench:{section} -->", f"<!-- /bench:{section} -->"

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, chart, publish, save
+from bench.common import Stats, chart, report
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
@@ -87,7 +87,5 @@ are issued at once through the real shim and daemon (bridge + host-local), then 
 {rows}
 
 ![ADD throughput and p99 as concurrency grows](images/concurrency.png)"""
-    publish("concurrency", table)
-    save("concurrency", data)
-    print(table)
+    report("concurrency", table, data)
     return data

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, publish, run, save, timed
+from bench.common import Stats, report, run, timed
 from multusd.shim_bundle import install_host_shim
 from multusd.shim_install import install_shim
 
@@ -58,8 +58,6 @@ def main(runs: int = 100) -> dict[str, Any]:
         for label, s, size in rows
     ]
     table = "\n".join(lines)
-    publish("host_shim", table)
     data = {k: v.__dict__ for k, v in stats.items()} | {"sizes": sizes}
-    save("host_shim", data)
-    print(table)
+    report("host_shim", table, data)
     return data

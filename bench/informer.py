@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import REPO, chart, proc_mib, publish, save
+from bench.common import REPO, chart, proc_mib, report
 from multusd import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.reflector import Reflector, ReflectorSettings
@@ -431,9 +431,7 @@ def main(sizes: tuple[int, ...] = (1_000, 10_000, 50_000), page_size: int = 500)
         "![Client CPU per listed pod and per watch event, JSON vs protobuf](images/informer.png)",
     ]
     table = "\n".join(lines)
-    publish("informer", table)
-    save("informer", {"rows": rows, "one_pod": full})
-    print(table)
+    report("informer", table, {"rows": rows, "one_pod": full})
     return rows
 
 

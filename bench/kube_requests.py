@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import PLUGIN_DIR, REPO, publish, save, short_id
+from bench.common import PLUGIN_DIR, REPO, report, short_id
 from multusd.kubesim import KubeSim, Settings
 from multusd.shim_install import install_shim
 
@@ -260,7 +260,5 @@ Deletion storm: the {st["pods"]} pods deleted from the API, then {st["pods"]} DE
 the shim: {st["seconds"]:.1f} s wall time, {st["requests"]} API requests in total,
 peak {st["peak_per_second"]} in any 1-second window. The token bucket allows 50/s after a burst
 of 50; DEL reads the pod from the cache only, so a deletion storm costs the API server nothing."""
-    publish("kube_requests", table)
-    save("kube_requests", data)
-    print(table)
+    report("kube_requests", table, data)
     return data

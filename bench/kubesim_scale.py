@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import proc_mib, publish, save
+from bench.common import proc_mib, report
 from multusd.kubesim import KubeSim
 from multusd.kubesim.operations import create
 from multusd.kubesim.resources import PODS
@@ -83,7 +83,5 @@ def main() -> list[dict[str, float]]:
         for r in rows
     ]
     table = "\n".join(lines)
-    publish("kubesim", table)
-    save("kubesim_scale", {"rows": rows})
-    print(table)
+    report("kubesim_scale", table, {"rows": rows}, section="kubesim")
     return rows

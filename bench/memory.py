@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import PLUGIN_DIR, REPO, RESULTS, chart, proc_mib, publish, save
+from bench.common import PLUGIN_DIR, REPO, RESULTS, chart, proc_mib, report
 from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.operations import create
 from multusd.kubesim.resources import PODS
@@ -140,11 +140,11 @@ def main() -> list[dict[str, Any]]:
         for n in (0, 1_390, 10_000, 50_000)
         for protobuf in (True, False)
     ]
-    report(rows)
+    summarize(rows)
     return rows
 
 
-def report(rows: list[dict[str, Any]]) -> None:
+def summarize(rows: list[dict[str, Any]]) -> None:
     """Chart and table of ``rows`` plus the last storm peaks (re-runnable from saved results)."""
     peaks = _storm_peaks()
     _chart(rows, peaks)
@@ -167,6 +167,4 @@ def report(rows: list[dict[str, Any]]) -> None:
     ]
     lines += ["", "![Daemon RSS idle and during the storms](images/memory.png)"]
     table = "\n".join(lines)
-    publish("memory", table)
-    save("memory", {"rows": rows, "storm_peaks": peaks})
-    print(table)
+    report("memory", table, {"rows": rows, "storm_peaks": peaks})

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, chart, publish, save
+from bench.common import Stats, chart, report
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.faults import LatencyRule
@@ -89,7 +89,5 @@ delays every API request by the added latency.
 | pod lookup | added API latency | ADD median ms | ADD p99 ms | pod GETs per ADD |
 |---|---|---|---|---|
 {rows}"""
-    publish("pod_lookup", table)
-    save("pod_lookup", data)
-    print(table)
+    report("pod_lookup", table, data)
     return data

@@ -21,7 +21,7 @@ import timeit
 from pathlib import Path
 from typing import Any
 
-from bench.common import publish, save
+from bench.common import report
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
@@ -177,7 +177,5 @@ def main() -> dict[str, Any]:
         *(f"| `{name}` | {pct} |" for name, pct in profile["self"]),
     ]
     table = "\n".join(lines)
-    publish("profile_add", table)
-    save("profile_add", {"loops": runs, "result_passes_us": passes})
-    print(table)
+    report("profile_add", table, {"loops": runs, "result_passes_us": passes})
     return runs

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, chart, proc_mib, publish, save
+from bench.common import Stats, chart, proc_mib, report
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
@@ -190,7 +190,5 @@ Deletion storm: {delete} pods deleted from the API, then DELed at once.
 {_rows(data["deletion"], "{requests}")}
 
 ![API requests per second during the mass creation and the deletion storm](images/qps_storm.png)"""
-    publish("qps_storm", table)
-    save("qps_storm", data)
-    print(table)
+    report("qps_storm", table, data)
     return data

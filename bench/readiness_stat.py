@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stats, chart, publish, save
+from bench.common import Stats, chart, report
 from bench.kube_requests import Rig, run_shim
 from multusd.kubesim import KubeSim, Settings
 
@@ -121,7 +121,5 @@ back for {PRESENT} s, over and over.
 {rows}
 
 ![ADD latency, readiness file watched vs stat-ed per request](images/readiness_stat.png)"""
-    publish("readiness_stat", table)
-    save("readiness_stat", data)
-    print(table)
+    report("readiness_stat", table, data)
     return data

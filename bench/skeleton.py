@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.common import PLUGIN_DIR, Stats, daemon, netns, publish, run, save, short_id, timed
+from bench.common import PLUGIN_DIR, Stats, daemon, netns, report, run, short_id, timed
 from bench.common import workdir as make_workdir
 from multusd.shim_install import install_shim
 
@@ -135,8 +135,6 @@ def main(runs: int = 30) -> dict[str, Any]:
         _row("DEL shim → daemon → bridge", e2e["e2e_del"], e2e["raw_del"], "≤ 1.7×"),
     ]
     table = "\n".join(lines)
-    publish("skeleton", table)
     data = {k: v.__dict__ for k, v in {**start, **e2e}.items()}
-    save("skeleton", data)
-    print(table)
+    report("skeleton", table, data)
     return data
