@@ -13,7 +13,8 @@ big-endian length and a bare ``metav1.WatchEvent`` whose ``object.raw`` is again
 
 The schema this module reads and writes (field numbers from ``k8s.io/api`` core/v1 and
 ``k8s.io/apimachinery`` meta/v1 and runtime ``generated.proto``; ``*`` = decoded, the rest is
-only written by the encoders, for the emulator)::
+only written by the encoders here, which the tests use; the emulator writes complete pods with
+``multusd.kubesim.podproto`` and uses the framing, list and Status encoders from here)::
 
     runtime.Unknown      { TypeMeta typeMeta = 1*; bytes raw = 2*;
                            string contentEncoding = 3; string contentType = 4; }
@@ -474,7 +475,7 @@ def iter_watch_frames(chunks: Iterable[bytes]) -> Iterator[Obj]:
 # --- writing -------------------------------------------------------------------------------
 
 
-def _put_varint(out: bytearray, value: int) -> None:
+def put_varint(out: bytearray, value: int) -> None:
     value &= 0xFFFFFFFFFFFFFFFF  # negative int32/int64 go out as 10-byte two's complement
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -482,34 +483,34 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-def _put_bytes(out: bytearray, number: int, data: bytes) -> None:
-    _put_varint(out, number << 3 | _LEN)
-    _put_varint(out, len(data))
+def put_bytes(out: bytearray, number: int, data: bytes) -> None:
+    put_varint(out, number << 3 | _LEN)
+    put_varint(out, len(data))
     out += data
 
 
-def _put_str(out: bytearray, number: int, value: Any) -> None:
+def put_str(out: bytearray, number: int, value: Any) -> None:
     if isinstance(value, str) and value:
-        _put_bytes(out, number, value.encode())
+        put_bytes(out, number, value.encode())
 
 
-def _put_int(out: bytearray, number: int, value: Any) -> None:
+def put_int(out: bytearray, number: int, value: Any) -> None:
     if isinstance(value, int) and not isinstance(value, bool):
-        _put_varint(out, number << 3 | _VARINT)
-        _put_varint(out, value)
+        put_varint(out, number << 3 | _VARINT)
+        put_varint(out, value)
 
 
-def _put_map(out: bytearray, number: int, mapping: Any) -> None:
+def put_map(out: bytearray, number: int, mapping: Any) -> None:
     if not isinstance(mapping, Mapping):
         return
     for key, value in mapping.items():
         entry = bytearray()
-        _put_bytes(entry, 1, str(key).encode())
-        _put_bytes(entry, 2, str(value).encode())
-        _put_bytes(out, number, bytes(entry))
+        put_bytes(entry, 1, str(key).encode())
+        put_bytes(entry, 2, str(value).encode())
+        put_bytes(out, number, bytes(entry))
 
 
-def _time(text: Any) -> bytes | None:
+def time_message(text: Any) -> bytes | None:
     """``meta.Time`` of an RFC 3339 timestamp (None for anything unparsable)."""
     if not isinstance(text, str) or not text:
         return None
@@ -518,67 +519,67 @@ def _time(text: Any) -> bytes | None:
     except ValueError:
         return None
     out = bytearray()
-    _put_int(out, 1, int(moment.timestamp()))
+    put_int(out, 1, int(moment.timestamp()))
     if moment.microsecond:
-        _put_int(out, 2, moment.microsecond * 1000)
+        put_int(out, 2, moment.microsecond * 1000)
     return bytes(out)
 
 
 def _object_meta_message(meta: Mapping[str, Any]) -> bytes:
     out = bytearray()
-    _put_str(out, 1, meta.get("name"))
-    _put_str(out, 2, meta.get("generateName"))
-    _put_str(out, 3, meta.get("namespace"))
-    _put_str(out, 5, meta.get("uid"))
-    _put_str(out, 6, meta.get("resourceVersion"))
-    _put_int(out, 7, meta.get("generation"))
+    put_str(out, 1, meta.get("name"))
+    put_str(out, 2, meta.get("generateName"))
+    put_str(out, 3, meta.get("namespace"))
+    put_str(out, 5, meta.get("uid"))
+    put_str(out, 6, meta.get("resourceVersion"))
+    put_int(out, 7, meta.get("generation"))
     for number, name in ((8, "creationTimestamp"), (9, "deletionTimestamp")):
-        stamp = _time(meta.get(name))
+        stamp = time_message(meta.get(name))
         if stamp is not None:
-            _put_bytes(out, number, stamp)
-    _put_int(out, 10, meta.get("deletionGracePeriodSeconds"))
-    _put_map(out, 11, meta.get("labels"))
-    _put_map(out, 12, meta.get("annotations"))
+            put_bytes(out, number, stamp)
+    put_int(out, 10, meta.get("deletionGracePeriodSeconds"))
+    put_map(out, 11, meta.get("labels"))
+    put_map(out, 12, meta.get("annotations"))
     for finalizer in meta.get("finalizers") or ():
-        _put_str(out, 14, finalizer)
+        put_str(out, 14, finalizer)
     return bytes(out)
 
 
 def pod_message(obj: Mapping[str, Any]) -> bytes:
     """A bare ``core.v1.Pod`` message of the fields in the schema table (the rest dropped)."""
     out = bytearray()
-    _put_bytes(out, 1, _object_meta_message(obj.get("metadata") or {}))
+    put_bytes(out, 1, _object_meta_message(obj.get("metadata") or {}))
     spec = obj.get("spec") or {}
     spec_out = bytearray()
     for container in spec.get("containers") or ():
         c = bytearray()
-        _put_str(c, 1, container.get("name"))
-        _put_str(c, 2, container.get("image"))
-        _put_bytes(spec_out, 2, bytes(c))
-    _put_str(spec_out, 3, spec.get("restartPolicy"))
-    _put_str(spec_out, 8, spec.get("serviceAccountName"))
-    _put_str(spec_out, 10, spec.get("nodeName"))
-    _put_str(spec_out, 19, spec.get("schedulerName"))
-    _put_bytes(out, 2, bytes(spec_out))
+        put_str(c, 1, container.get("name"))
+        put_str(c, 2, container.get("image"))
+        put_bytes(spec_out, 2, bytes(c))
+    put_str(spec_out, 3, spec.get("restartPolicy"))
+    put_str(spec_out, 8, spec.get("serviceAccountName"))
+    put_str(spec_out, 10, spec.get("nodeName"))
+    put_str(spec_out, 19, spec.get("schedulerName"))
+    put_bytes(out, 2, bytes(spec_out))
     status = obj.get("status") or {}
     status_out = bytearray()
-    _put_str(status_out, 1, status.get("phase"))
-    _put_str(status_out, 5, status.get("hostIP"))
-    _put_str(status_out, 6, status.get("podIP"))
-    _put_bytes(out, 3, bytes(status_out))
+    put_str(status_out, 1, status.get("phase"))
+    put_str(status_out, 5, status.get("hostIP"))
+    put_str(status_out, 6, status.get("podIP"))
+    put_bytes(out, 3, bytes(status_out))
     return bytes(out)
 
 
 def wrap(kind: str, message: bytes, api_version: str = "v1") -> bytes:
     """Magic + ``runtime.Unknown{typeMeta{apiVersion, kind}, raw}``: a whole body."""
     type_meta = bytearray()
-    _put_str(type_meta, 1, api_version)
-    _put_str(type_meta, 2, kind)
+    put_str(type_meta, 1, api_version)
+    put_str(type_meta, 2, kind)
     out = bytearray(MAGIC)
-    _put_bytes(out, 1, bytes(type_meta))
-    _put_bytes(out, 2, message)
-    _put_bytes(out, 3, b"")  # contentEncoding and contentType: written empty, as Go does
-    _put_bytes(out, 4, b"")
+    put_bytes(out, 1, bytes(type_meta))
+    put_bytes(out, 2, message)
+    put_bytes(out, 3, b"")  # contentEncoding and contentType: written empty, as Go does
+    put_bytes(out, 4, b"")
     return bytes(out)
 
 
@@ -595,14 +596,14 @@ def pod_list_message(
 ) -> bytes:
     """A bare ``PodList`` of already-encoded bare Pod messages (the emulator caches them)."""
     meta = bytearray()
-    _put_str(meta, 2, resource_version)
-    _put_str(meta, 3, continue_token)
+    put_str(meta, 2, resource_version)
+    put_str(meta, 3, continue_token)
     if remaining_item_count is not None:
-        _put_int(meta, 4, remaining_item_count)
+        put_int(meta, 4, remaining_item_count)
     out = bytearray()
-    _put_bytes(out, 1, bytes(meta))
+    put_bytes(out, 1, bytes(meta))
     for message in messages:
-        _put_bytes(out, 2, message)
+        put_bytes(out, 2, message)
     return bytes(out)
 
 
@@ -625,18 +626,18 @@ def encode_pod_list(
 def encode_status(status: Mapping[str, Any]) -> bytes:
     """A ``metav1.Status`` body from its JSON form (code, reason, message, details)."""
     out = bytearray()
-    _put_bytes(out, 1, b"")
-    _put_str(out, 2, status.get("status"))
-    _put_str(out, 3, status.get("message"))
-    _put_str(out, 4, status.get("reason"))
+    put_bytes(out, 1, b"")
+    put_str(out, 2, status.get("status"))
+    put_str(out, 3, status.get("message"))
+    put_str(out, 4, status.get("reason"))
     details = status.get("details")
     if isinstance(details, Mapping):
         d = bytearray()
         for number, name in _DETAIL_STRINGS.items():
-            _put_str(d, number, details.get(name))
-        _put_int(d, 5, details.get("retryAfterSeconds"))
-        _put_bytes(out, 5, bytes(d))
-    _put_int(out, 6, status.get("code"))
+            put_str(d, number, details.get(name))
+        put_int(d, 5, details.get("retryAfterSeconds"))
+        put_bytes(out, 5, bytes(d))
+    put_int(out, 6, status.get("code"))
     return wrap("Status", bytes(out))
 
 
@@ -655,8 +656,8 @@ def encode_watch_event(event_type: str, obj: Mapping[str, Any] | bytes) -> bytes
     Status) or an already-encoded whole body."""
     raw = obj if isinstance(obj, bytes) else encode_object(obj)
     extension = bytearray()
-    _put_bytes(extension, 1, raw)
+    put_bytes(extension, 1, raw)
     event = bytearray()
-    _put_str(event, 1, event_type)
-    _put_bytes(event, 2, bytes(extension))
+    put_str(event, 1, event_type)
+    put_bytes(event, 2, bytes(extension))
     return _FRAME_LEN.pack(len(event)) + bytes(event)

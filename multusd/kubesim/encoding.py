@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from multusd import kproto
+from multusd.kubesim import podproto
 from multusd.kubesim.errors import bad_request, not_acceptable
 
 JSON_MEDIA_TYPE = "application/json"
@@ -74,7 +75,7 @@ def _pod_message(raw: bytes) -> bytes:
     """The bare protobuf Pod of one stored JSON pod, cached (bytes cache their own hash)."""
     message = _pod_messages.get(raw)
     if message is None:
-        message = kproto.pod_message(json.loads(raw))
+        message = podproto.pod_message(json.loads(raw))
         if len(_pod_messages) >= _PROTO_CACHE_SIZE:
             del _pod_messages[next(iter(_pod_messages))]  # oldest first: dicts keep order
         _pod_messages[raw] = message
