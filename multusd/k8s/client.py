@@ -340,16 +340,13 @@ class KubeClient:
         self._statuses[status] += 1
         try:
             if media == kproto.MEDIA_TYPE:
-                try:
-                    decoded = kproto.decode(payload)
-                except ValueError as exc:
-                    if not self._protobuf_pods:
-                        raise
-                    self._give_up_protobuf(f"{method} {path}", exc)
-                    return await self._request(method, path, params=params, timeout=timeout)
+                decoded = kproto.decode(payload)
             else:
                 decoded = json.loads(payload) if payload else {}
         except ValueError as exc:
+            if media == kproto.MEDIA_TYPE and self._protobuf_pods:
+                self._give_up_protobuf(f"{method} {path}", exc)
+                return await self._request(method, path, params=params, timeout=timeout)
             raise ApiError(
                 f"undecodable response to {method} {path}: {exc}", status=status
             ) from exc
