@@ -233,6 +233,23 @@ POD: Table = {
 }
 
 
+def _in_field_order(table: Table, done: set[int]) -> None:
+    """Reorder ``table`` and every table under it by field number, in place (shared sub-tables
+    once), so that encoding writes fields in Go's order without sorting per message."""
+    if id(table) in done:
+        return
+    done.add(id(table))
+    ordered = sorted(table.items(), key=lambda item: item[1][0])
+    table.clear()
+    table.update(ordered)
+    for *_, sub in table.values():
+        if sub is not None:
+            _in_field_order(sub, done)
+
+
+_in_field_order(POD, set())
+
+
 def pod_message(obj: Mapping[str, Any]) -> bytes:
     """A bare ``core.v1.Pod`` message of a JSON pod, every field of the table included."""
     return message(obj, POD)
@@ -240,9 +257,9 @@ def pod_message(obj: Mapping[str, Any]) -> bytes:
 
 def message(obj: Mapping[str, Any], table: Table) -> bytes:
     """The message ``table`` describes, from the JSON object ``obj``, in field-number order
-    (as Go writes it)."""
+    (as Go writes it; the tables are kept in that order)."""
     out = bytearray()
-    for key, (number, kind, sub) in sorted(table.items(), key=lambda item: item[1][0]):
+    for key, (number, kind, sub) in table.items():
         if kind == INLINE:
             put_bytes(out, number, message(obj, sub))
         elif key in obj:
