@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import signal
 import subprocess
 import sys
@@ -69,7 +70,7 @@ async def run(workdir: Path, *, loop: str) -> tuple[Path, int, float, float]:
 
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 10 ms
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def _frame_name(frame: str) -> str:
