@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Stats, chart, report
-from bench.kube_requests import Rig, run_shim
+from bench.kube_requests import Rig, run_shim, timed_shim
 from multusd.kubesim import KubeSim, Settings
 
 STEPS = (1, 4, 16, 64, 256)
@@ -31,14 +31,9 @@ MODES: dict[str, dict[str, Any]] = {
 async def _step(rig: Rig, width: int) -> dict[str, Any]:
     pods = await rig.cached_pods(width)
 
-    async def add(env: dict[str, str]) -> float:
-        start = time.perf_counter()
-        assert await run_shim(rig.shim, "ADD", rig.shim_conf, env) == 0
-        return time.perf_counter() - start
-
     async with rig.netns_envs(pods) as envs:
         start = time.perf_counter()
-        latencies = await asyncio.gather(*(add(env) for env in envs))
+        latencies = await asyncio.gather(*(timed_shim(rig, "ADD", env) for env in envs))
         wall = time.perf_counter() - start
         await asyncio.gather(*(run_shim(rig.shim, "DEL", rig.shim_conf, env) for env in envs))
     stats = Stats.of(latencies)

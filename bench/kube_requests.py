@@ -11,12 +11,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import PLUGIN_DIR, REPO, report, short_id
+from bench.common import PLUGIN_DIR, REPO, Stats, proc_mib, report, short_id
 from multusd.kubesim import KubeSim, Settings
 from multusd.shim_install import install_shim
 
@@ -177,50 +179,74 @@ async def per_pod(sim: KubeSim, rig: Rig, pairs: int) -> dict[str, float]:
     return {k: v / pairs for k, v in sorted(counts.items()) if not k.startswith("watch")}
 
 
-async def deletion_storm(sim: KubeSim, rig: Rig, count: int) -> dict[str, float]:
-    """ADD ``count`` pods, delete them from the API, then DEL them all at once."""
-    pods = [
-        (name, rig.create_pod(name)) for name in (f"s{i}-{short_id()[:4]}" for i in range(count))
-    ]
-    await asyncio.sleep(1.0)
-    namespaces = [f"mbs-{short_id()}" for _ in pods]
-    limit = asyncio.Semaphore(16)
+async def timed_shim(rig: Rig, command: str, env: dict[str, str]) -> float:
+    """Seconds one shim call took; it must succeed."""
+    start = time.perf_counter()
+    assert await run_shim(rig.shim, command, rig.shim_conf, env) == 0
+    return time.perf_counter() - start
 
-    async def add(name: str, uid: str, ns: str) -> None:
-        async with limit:
-            await sh("ip", "netns", "add", ns)
-            assert await run_shim(rig.shim, "ADD", rig.shim_conf, pod_env(ns, name, uid)) == 0
 
-    sim.stats.reset()
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    await asyncio.gather(*(add(n, u, ns) for (n, u), ns in zip(pods, namespaces, strict=True)))
-    add_seconds = loop.time() - start
-    async with asyncio.timeout(60):  # let the background event posts finish
+async def events_posted(sim: KubeSim, count: int) -> None:
+    """Until the daemon's background event posts (one per ADD) have all reached the API."""
+    async with asyncio.timeout(600):
         while sim.stats.count("create", "events") < count:
             await asyncio.sleep(0.1)
-    add_requests, add_peak = _rate(sim)
-    for name, _ in pods:
-        sim.delete("pods", "default", name)
-    sim.stats.reset()
-    start = loop.time()
-    codes = await asyncio.gather(*(
-        run_shim(rig.shim, "DEL", rig.shim_conf, pod_env(ns, n, u))
-        for (n, u), ns in zip(pods, namespaces, strict=True)
-    ))  # fmt: skip
-    elapsed = loop.time() - start
-    for ns in namespaces:
-        await sh("ip", "netns", "del", ns)
-    assert all(c == 0 for c in codes)
-    requests, peak = _rate(sim)
+
+
+def per_second(sim: KubeSim, since: float) -> list[int]:
+    """Requests (watches excluded) in each second after ``since``."""
+    stamps = [r.started - since for r in sim.stats.requests() if r.verb != "watch"]
+    counts = [0] * (int(max(stamps, default=0)) + 1)
+    for t in stamps:
+        counts[max(0, int(t))] += 1
+    return counts
+
+
+async def deletion_storm(sim: KubeSim, rig: Rig, count: int, **switches: Any) -> dict[str, Any]:
+    """ADD ``count`` pods, 16 at a time, delete them from the API, then DEL them all at once;
+    with ``switches``, the daemon is restarted with those config keys before the DELs."""
+    pods = await rig.cached_pods(count)
+    async with rig.netns_envs(pods) as envs:
+        limit = asyncio.Semaphore(16)
+
+        async def add(env: dict[str, str]) -> None:
+            async with limit:
+                await timed_shim(rig, "ADD", env)
+
+        sim.stats.reset()
+        start = time.monotonic()
+        await asyncio.gather(*(add(env) for env in envs))
+        add_seconds = time.monotonic() - start
+        await events_posted(sim, count)
+        add_requests, add_peak = _rate(sim)
+        if switches:
+            await rig.restart(**switches)
+        assert rig.proc is not None
+        for name, _ in pods:
+            sim.delete("pods", "default", name)
+        await asyncio.sleep(1.0)  # the watch delivers the deletions, as it would in a cluster
+        rss_before = proc_mib(pid=rig.proc.pid)
+        sim.stats.reset()
+        since = time.monotonic()
+        dels = await asyncio.gather(*(timed_shim(rig, "DEL", env) for env in envs))
+        wall = time.monotonic() - since
+        requests, peak = _rate(sim)
+        pod_gets = sim.stats.count("get", "pods")
+        rate = per_second(sim, since)
+        rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
     return {
         "pods": count,
         "add_seconds": add_seconds,
         "add_requests": add_requests,
         "add_peak_per_second": add_peak,
-        "seconds": elapsed,
+        "wall_s": wall,
+        "latency": asdict(Stats.of(dels)),
         "requests": requests,
+        "pod_gets": pod_gets,
         "peak_per_second": peak,
+        "requests_per_second": rate,
+        "daemon_rss_before_mib": rss_before,
+        "daemon_rss_peak_mib": rss_peak,
     }
 
 
@@ -257,7 +283,7 @@ Creation: {st["pods"]} pods ADDed, 16 at a time: {st["add_seconds"]:.1f} s wall 
 {st["add_requests"]} API requests (a status PATCH and an `AddedInterface` event per pod), peak
 {st["add_peak_per_second"]} in any 1-second window.
 Deletion storm: the {st["pods"]} pods deleted from the API, then {st["pods"]} DELs at once through
-the shim: {st["seconds"]:.1f} s wall time, {st["requests"]} API requests in total,
+the shim: {st["wall_s"]:.1f} s wall time, {st["requests"]} API requests in total,
 peak {st["peak_per_second"]} in any 1-second window. The token bucket allows 50/s after a burst
 of 50; DEL reads the pod from the cache only, so a deletion storm costs the API server nothing."""
     report("kube_requests", table, data)

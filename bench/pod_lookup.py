@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from bench.common import Stats, chart, report
-from bench.kube_requests import Rig, run_shim
+from bench.kube_requests import Rig, run_shim, timed_shim
 from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.faults import LatencyRule
 
@@ -34,9 +33,7 @@ async def _pairs(sim: KubeSim, rig: Rig, count: int) -> tuple[Stats, float]:
     for pod in await rig.cached_pods(count):
         async with rig.netns_envs([pod]) as (env,):
             sim.stats.reset()
-            start = time.perf_counter()
-            assert await run_shim(rig.shim, "ADD", rig.shim_conf, env) == 0
-            seconds.append(time.perf_counter() - start)
+            seconds.append(await timed_shim(rig, "ADD", env))
             gets += sim.stats.count("get", "pods")
             assert await run_shim(rig.shim, "DEL", rig.shim_conf, env) == 0
     return Stats.of(seconds), gets / count

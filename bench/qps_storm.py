@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Stats, chart, proc_mib, report
-from bench.kube_requests import Rig, run_shim
+from bench.kube_requests import Rig, deletion_storm, events_posted, per_second, timed_shim
 from multusd.kubesim import KubeSim, Settings
 
 CREATE = 200
@@ -36,28 +36,6 @@ DELETION_HEADER = _HEADER.format("client rate, pod lookup", "DEL", "DEL", "API r
 )
 
 
-def _per_second(sim: KubeSim, since: float) -> list[int]:
-    """Requests (watches excluded) in each second after ``since``."""
-    stamps = [r.started - since for r in sim.stats.requests() if r.verb != "watch"]
-    counts = [0] * (int(max(stamps, default=0)) + 1)
-    for t in stamps:
-        counts[max(0, int(t))] += 1
-    return counts
-
-
-async def _timed(rig: Rig, command: str, env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    assert await run_shim(rig.shim, command, rig.shim_conf, env) == 0
-    return time.perf_counter() - start
-
-
-async def _events_posted(sim: KubeSim, count: int) -> None:
-    """Until the daemon's background event posts (one per ADD) have all reached the API."""
-    async with asyncio.timeout(600):
-        while sim.stats.count("create", "events") < count:
-            await asyncio.sleep(0.1)
-
-
 async def creation(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
     """``count`` ADDs at once; the time until the last of their API requests is done too."""
     assert rig.proc is not None
@@ -66,55 +44,17 @@ async def creation(sim: KubeSim, rig: Rig, count: int) -> dict[str, Any]:
         rss_before = proc_mib(pid=rig.proc.pid)
         sim.stats.reset()
         since = time.monotonic()
-        adds = await asyncio.gather(*(_timed(rig, "ADD", env) for env in envs))
+        adds = await asyncio.gather(*(timed_shim(rig, "ADD", env) for env in envs))
         wall = time.monotonic() - since
-        await _events_posted(sim, count)
+        await events_posted(sim, count)
         drained = time.monotonic() - since
-        rate = _per_second(sim, since)
+        rate = per_second(sim, since)
         rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
-        await asyncio.gather(*(_timed(rig, "DEL", env) for env in envs))
+        await asyncio.gather(*(timed_shim(rig, "DEL", env) for env in envs))
     return {
         "wall_s": wall,
         "latency": asdict(Stats.of(adds)),
         "all_requests_done_s": drained,
-        "requests_per_second": rate,
-        "daemon_rss_before_mib": rss_before,
-        "daemon_rss_peak_mib": rss_peak,
-    }
-
-
-async def deletion(sim: KubeSim, rig: Rig, count: int, **switches: Any) -> dict[str, Any]:
-    """``count`` pods ADDed (untimed), deleted from the API, then DELed at once by a daemon
-    restarted with ``switches``."""
-    pods = await rig.cached_pods(count)
-    async with rig.netns_envs(pods) as envs:
-        limit = asyncio.Semaphore(16)
-
-        async def add(env: dict[str, str]) -> None:
-            async with limit:
-                await _timed(rig, "ADD", env)
-
-        sim.stats.reset()
-        await asyncio.gather(*(add(env) for env in envs))
-        await _events_posted(sim, count)
-        await rig.restart(**switches)
-        assert rig.proc is not None
-        for name, _ in pods:
-            sim.delete("pods", "default", name)
-        await asyncio.sleep(1.0)  # the watch delivers the deletions, as it would in a cluster
-        rss_before = proc_mib(pid=rig.proc.pid)
-        sim.stats.reset()
-        since = time.monotonic()
-        dels = await asyncio.gather(*(_timed(rig, "DEL", env) for env in envs))
-        wall = time.monotonic() - since
-        requests = [r for r in sim.stats.requests() if r.verb != "watch"]
-        rate = _per_second(sim, since)
-        rss_peak = proc_mib("VmHWM", pid=rig.proc.pid)
-    return {
-        "wall_s": wall,
-        "latency": asdict(Stats.of(dels)),
-        "requests": len(requests),
-        "pod_gets": sum(1 for r in requests if r.verb == "get" and r.resource == "pods"),
         "requests_per_second": rate,
         "daemon_rss_before_mib": rss_before,
         "daemon_rss_peak_mib": rss_peak,
@@ -132,7 +72,7 @@ async def run(create: int, delete: int) -> dict[str, Any]:
             for lookup, direct in LOOKUPS.items():
                 with tempfile.TemporaryDirectory(prefix="mbq-", dir="/tmp") as tmp:
                     async with Rig(sim, Path(tmp)) as rig:
-                        out["deletion"][f"{label}, {lookup}"] = await deletion(
+                        out["deletion"][f"{label}, {lookup}"] = await deletion_storm(
                             sim, rig, delete, **rate, benchmarkDirectPodGet=direct
                         )
     return out
