@@ -128,6 +128,12 @@ class DaemonConfig(NetworkKeys):
     """*multusd*: leave the generated ``00-multus.conf`` in place on shutdown. Upstream deletes
     it, so pods created while the daemon restarts get only the primary network; keeping it makes
     them fail (and be retried by the kubelet) until the daemon is back instead."""
+    follow_primary_config: bool = json_field("followPrimaryConfig", False)
+    """*multusd*, opt-in: without ``multusMasterCNI``, re-choose the primary on every change of
+    ``multusAutoconfigDir`` (a new lexically-earlier config takes over; a primary gone for 5 s
+    is replaced by the next candidate). Upstream, and our default, fix the primary found at
+    start-up for the life of the process, so a stray file never moves new pods to another
+    network (docs/compatibility.md)."""
 
     benchmark_direct_pod_get: bool = json_field("benchmarkDirectPodGet", False)
     """*multusd*, benchmark-only: read every request's pod with a live GET, ignoring the watch

@@ -13,11 +13,12 @@ Where this differs from upstream (reference §4.5, §4.7), on purpose:
 * The watch is on the directory and survives it being removed or replaced (re-armed by inode);
   upstream's fsnotify watch dies silently. Batches are debounced by watchfiles; a periodic tick
   (``recheck_interval``) notices a dead watch and retries a generation that failed.
-* Without ``multusMasterCNI`` the primary is re-chosen on every relevant change: a new
-  lexically-earlier config takes over at once (upstream fixes the name for the process's life).
-  A primary that disappears keeps the last good file; only if it is still gone after
-  ``primary_gone_grace`` does the next candidate take over, so a writer that deletes and
-  re-creates its file does not flip pods onto another network for a moment.
+* The primary found at start-up is kept for the life of the process, as upstream does (a file
+  that later sorts earlier never moves new pods to another network); a primary that disappears
+  keeps the last good file until it is back. Only with the opt-in ``followPrimaryConfig`` is the
+  primary re-chosen on every relevant change: a new lexically-earlier config takes over at once,
+  and a primary still gone after ``primary_gone_grace`` is replaced by the next candidate (so a
+  writer that deletes and re-creates its file does not flip pods for a moment).
 * Our own file (``00-multus*``) and temp files never match the event filter, so our writes
   cannot trigger a regeneration loop; a generation that yields the bytes already on disk
   writes nothing.
@@ -109,6 +110,8 @@ class ConfigManager:
         self._keep = keep_config_on_exit
         self._dir = self._conf.multus_autoconfig_dir
         self._fixed = self._conf.multus_master_cni
+        self._follow = config.follow_primary_config and not self._fixed
+        """Re-choose the primary on changes (opt-in); otherwise the name found first is kept."""
         self._name = self._fixed
         self.output_path = Path(primary_path(self._conf.cni_config_dir, MULTUS_CONFIG_NAME))
         self._last_good: bytes | None = None
@@ -287,7 +290,7 @@ class ConfigManager:
         name = os.path.basename(path)
         if name == os.path.basename(self._name):
             return True
-        return not self._fixed and is_candidate(name)
+        return (self._follow or not self._name) and is_candidate(name)
 
     async def _sync(self) -> None:
         self._pending = False
@@ -306,9 +309,9 @@ class ConfigManager:
             log.info("regenerated %s: %s", self.output_path, data.decode("utf-8", "replace"))
 
     async def _choose_primary(self) -> None:
-        """Discovery mode: switch to a lexically-earlier candidate, or (after the grace) to the
-        next one when the current primary is gone."""
-        if self._fixed:
+        """``followPrimaryConfig``: switch to a lexically-earlier candidate, or (after the grace)
+        to the next one when the current primary is gone."""
+        if self._name and not self._follow:
             return
         try:
             names = await asyncio.to_thread(os.listdir, self._dir)

@@ -215,9 +215,41 @@ async def test_regenerates_when_the_primary_is_replaced_by_rename(confdir: Path)
         )
 
 
-async def test_a_new_lexically_earlier_config_takes_over(confdir: Path) -> None:
-    write_json(confdir / "20-second.conf", MYCNI)
+async def test_the_primary_found_first_is_kept_as_upstream(confdir: Path) -> None:
+    """A file that later sorts earlier does not move new pods; the real primary's rewrites
+    are still followed."""
+    primary = confdir / "20-second.conf"
+    write_json(primary, MYCNI)
     config, raw = daemon_config(confdir)
+    out = confdir / "00-multus.conf"
+    async with watching(ConfigManager(config, raw, settings=FAST)):
+        replace_json(confdir / "10-first.conf", {**MYCNI, "capabilities": {"bandwidth": True}})
+        write_json(primary, {**MYCNI, "capabilities": {"real": True}})
+        await eventually(lambda: read(out) == expected(primary, capabilities={"real": True}))
+        await asyncio.sleep(0.3)  # three re-check ticks: still the first primary
+        assert read(out) == expected(primary, capabilities={"real": True})
+
+
+async def test_a_gone_primary_is_not_replaced_by_default(confdir: Path) -> None:
+    write_json(confdir / "10-a.conf", MYCNI)
+    write_json(confdir / "20-b.conf", {**MYCNI, "capabilities": {"b": True}})
+    config, raw = daemon_config(confdir)
+    out = confdir / "00-multus.conf"
+    async with watching(ConfigManager(config, raw, settings=FAST)):
+        good = read(out)
+        (confdir / "10-a.conf").unlink()
+        await asyncio.sleep(0.6)  # twice the grace of the opt-in mode
+        assert read(out) == good
+        write_json(confdir / "10-a.conf", {**MYCNI, "capabilities": {"back": True}})
+        want = expected(confdir / "10-a.conf", capabilities={"back": True})
+        await eventually(lambda: read(out) == want)
+
+
+async def test_follow_primary_config_lets_a_lexically_earlier_config_take_over(
+    confdir: Path,
+) -> None:
+    write_json(confdir / "20-second.conf", MYCNI)
+    config, raw = daemon_config(confdir, followPrimaryConfig=True)
     out = confdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=FAST)):
         replace_json(confdir / "10-first.conf", {**MYCNI, "capabilities": {"bandwidth": True}})
@@ -283,12 +315,12 @@ async def test_an_unusable_primary_keeps_the_last_good_file(
         await eventually(lambda: read(out) == expected(primary, capabilities={"fixed": True}))
 
 
-async def test_a_gone_primary_is_replaced_by_the_next_candidate_after_the_grace(
+async def test_follow_primary_config_replaces_a_gone_primary_after_the_grace(
     confdir: Path,
 ) -> None:
     write_json(confdir / "10-a.conf", MYCNI)
     write_json(confdir / "20-b.conf", {**MYCNI, "capabilities": {"b": True}})
-    config, raw = daemon_config(confdir)
+    config, raw = daemon_config(confdir, followPrimaryConfig=True)
     out = confdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=GRACE_1S)):
         good = read(out)
@@ -304,7 +336,7 @@ async def test_a_primary_rewritten_within_the_grace_is_not_switched_away_from(
 ) -> None:
     write_json(confdir / "10-a.conf", MYCNI)
     write_json(confdir / "20-b.conf", MYCNI)
-    config, raw = daemon_config(confdir)
+    config, raw = daemon_config(confdir, followPrimaryConfig=True)
     out = confdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=GRACE_1S)):
         (confdir / "10-a.conf").unlink()
@@ -427,7 +459,7 @@ async def test_remove_config_removes_even_when_keeping_on_exit(confdir: Path) ->
 
 async def test_force_cni_version_applies_to_a_primary_that_takes_over(confdir: Path) -> None:
     write_json(confdir / "20-b.conf", MYCNI)
-    config, raw = daemon_config(confdir, forceCNIVersion=True)
+    config, raw = daemon_config(confdir, forceCNIVersion=True, followPrimaryConfig=True)
     out = confdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=FAST)):
         replace_json(confdir / "10-a.conf", {**MYCNI, "cniVersion": "0.3.1"})
