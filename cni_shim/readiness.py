@@ -46,21 +46,42 @@ def wait_until_ready(
 ) -> None:
     """Poll ``/readyz`` immediately, then every ``interval``; give up after ``timeout``.
 
-    Transport errors and non-200 answers both mean "not ready yet". The failure text is
-    apimachinery's ``timed out waiting for the condition``.
+    Transport errors and non-200 answers both mean "not ready yet". A 404 means a daemon older
+    than ``/readyz`` (every upstream release up to v4.3.0 and the seed commit): from then on
+    ``/healthz`` is polled instead, so our shim works beside such a daemon during a roll
+    (docs/compatibility.md). The failure text is apimachinery's ``timed out waiting for the
+    condition`` followed by the last reason, which names the socket.
     """
     deadline = time.monotonic() + timeout
+    path = READYZ
+    last: Exception | None = None
     while True:
         remaining = deadline - time.monotonic()
         try:
-            probe(socket_path, READYZ, timeout=max(min(PROBE_TIMEOUT, remaining), 0.001))
-        except (transport.TransportError, CNIError):
-            pass
+            probe(socket_path, path, timeout=max(min(PROBE_TIMEOUT, remaining), 0.001))
+        except transport.TransportError as exc:
+            last = exc
+        except wire.RequestFailed as exc:
+            if path == READYZ and exc.status == 404:
+                path = HEALTHZ  # once: an older daemon; ask its /healthz right away
+                continue
+            last = exc
+        except CNIError as exc:
+            last = exc
         else:
             return
         if time.monotonic() + interval > deadline:
-            raise CNIError(INTERNAL, "timed out waiting for the condition")
+            raise CNIError(INTERNAL, _timed_out(socket_path, path, last))
         sleep(interval)
+
+
+def _timed_out(socket_path: str, path: str, last: Exception | None) -> str:
+    text = "timed out waiting for the condition"
+    if isinstance(last, transport.TransportError):
+        return f"{text}: {last}"  # names the socket: ``dial unix <path>: connect: ...``
+    if last is not None:
+        return f"{text}: {path} on {socket_path}: {last}"
+    return text
 
 
 def check_now(socket_path: str) -> None:

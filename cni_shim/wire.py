@@ -14,6 +14,7 @@ import binascii
 
 from cni_shim import gojson, gojsonerr
 from cni_shim.errors import DECODING_FAILURE, INTERNAL, CNIError
+from cni_shim.versions import LATEST
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -154,8 +155,27 @@ def decode_request(body: bytes) -> tuple[dict[str, str], bytes, dict[str, Any] |
         raise CNIError(DECODING_FAILURE, str(exc)) from exc
 
 
-def encode_response(result: dict[str, Any] | None) -> bytes:
-    """Body of a successful answer: ``{"Result":...}``, or empty when there is no result.
+ANSWER_VERSION_OLD = "1.0.0"
+"""The result version every Multus shim can decode: shims built on libcni 1.0/1.1 (upstream
+v4.0.x and the seed commit) know no 1.1.0 converter and fail every ADD on a 1.1.0 result with
+``no converter for CNI result version 1.1.0 to 1.0.0`` (docs/compatibility.md, "Result version
+on the wire")."""
+
+
+def answer_version(config_version: str) -> str:
+    """The ``cniVersion`` of a ``{"Result":...}`` answer to a shim with ``config_version``.
+
+    Upstream's daemon answers at libcni's newest version (1.0.0 up to v4.0.x, 1.1.0 from v4.1),
+    which breaks a rolling upgrade whenever a newer daemon meets an older shim. A shim whose
+    config declares 1.1.0 passed its own skel check, so its libcni decodes 1.1.0; every other
+    shim gets 1.0.0, which all of them decode and convert to their config's version. The
+    conversion 1.1.0 -> 1.0.0 changes only the label (libcni keeps the same struct).
+    """
+    return LATEST if config_version == LATEST else ANSWER_VERSION_OLD
+
+
+def encode_response(result: dict[str, Any] | None, config_version: str = LATEST) -> bytes:
+    """Body of a successful answer: ``{"Result":...}`` at :func:`answer_version`, or empty.
 
     Upstream's daemon sends an empty body for DEL/CHECK/GC/STATUS, so ``None`` maps to ``b""``
     rather than ``{"Result":null}`` (which upstream's shim would crash on).
@@ -164,7 +184,8 @@ def encode_response(result: dict[str, Any] | None) -> bytes:
         return b""
     from cni_shim import results
 
-    return ('{"Result":' + results.dumps(result) + "}").encode("utf-8")
+    answer = results.convert(result, answer_version(config_version))
+    return ('{"Result":' + results.dumps(answer) + "}").encode("utf-8")
 
 
 def decode_response(body: bytes) -> dict[str, Any] | None:

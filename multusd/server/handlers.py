@@ -228,10 +228,12 @@ class Handlers:
         if result is None:
             return web.Response()
         try:
+            version = _config_version(stdin)
             if wire.PRINT_REQUEST in request.headers:
-                text = results.render(result, _config_version(stdin))
+                text = results.render(result, version)
                 return web.Response(text=text, headers={wire.PRINTED: "1"})
-            return web.Response(body=wire.encode_response(result), content_type="application/json")
+            body = wire.encode_response(result, version)
+            return web.Response(body=body, content_type="application/json")
         except CNIError as exc:
             return error_response(exc.with_prefix("failed to generate the CNI result: "))
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cni_shim import wire
 from tests.e2e.conftest import bridge_plugin, pod_env, shim_config
 from tests.e2e.harness import Daemon, addresses, ip, run_shim
 
@@ -107,6 +108,32 @@ async def test_result_printed_in_shim_config_version(
         assert result["ips"][0]["address"].startswith("10.251.0.")
     deleted = await run_shim(shim_path, "DEL", config, env=env)
     assert deleted.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("version", "answered"), [("0.3.1", "1.0.0"), ("1.0.0", "1.0.0"), ("1.1.0", "1.1.0")]
+)
+async def test_upstream_shim_request_gets_a_result_it_can_decode(
+    version: str,
+    answered: str,
+    start_daemon: StartDaemon,
+    netns: MakeNetns,
+    conflist_file: Path,
+) -> None:
+    """A request exactly as upstream's shim sends it (no print header): ``{"Result":...}`` at
+    1.0.0, which shims on libcni 1.0/1.1 decode, unless the config says 1.1.0."""
+    daemon = await start_daemon(clusterNetwork=str(conflist_file))
+    env = {**pod_env(await netns()), "CNI_COMMAND": "ADD", "CNI_PATH": "/usr/lib/cni"}
+    config = json.dumps(shim_config(daemon, version)).encode()
+    status, raw = await daemon.request("POST", "/cni", wire.encode_request(env, config))
+    assert status == 200, raw
+    result = json.loads(raw)["Result"]
+    assert result["cniVersion"] == answered
+    assert result["ips"][0]["address"].startswith("10.251.0.")
+    status, raw = await daemon.request(
+        "POST", "/cni", wire.encode_request({**env, "CNI_COMMAND": "DEL"}, config)
+    )
+    assert (status, raw) == (200, b"")
 
 
 async def test_del_twice_and_del_unknown_container(

@@ -181,16 +181,50 @@ def test_add_readyz_timeout(fake_daemon: FakeDaemon) -> None:
     assert code == 1
     assert json.loads(out) == {
         "code": 999,
-        "msg": "CmdAdd (shim): timed out waiting for the condition",
+        "msg": "CmdAdd (shim): timed out waiting for the condition: /readyz on "
+        f"{fake_daemon.socket_path}: CNI request failed with status 500: ''",
     }
     assert "/cni" not in fake_daemon.paths()
     assert 2 <= fake_daemon.paths().count("/readyz") <= 6
 
 
-def test_add_no_daemon(short_dir: str) -> None:
+def test_add_no_daemon_names_the_socket(short_dir: str) -> None:
     code, out, _ = run(env(**{readiness.TIMEOUT_ENV: "0.2"}), conf(short_dir))
     assert code == 1
-    assert json.loads(out)["msg"] == "CmdAdd (shim): timed out waiting for the condition"
+    assert json.loads(out)["msg"] == (
+        "CmdAdd (shim): timed out waiting for the condition: failed to send CNI request: "
+        f'Post "http://dummy/readyz": dial unix {short_dir}/multus.sock: connect: '
+        "no such file or directory"
+    )
+
+
+def test_add_falls_back_to_healthz_on_an_older_daemon(fake_daemon: FakeDaemon) -> None:
+    """Daemons before /readyz (every release, the seed commit) answer it with 404."""
+    del fake_daemon.routes["/readyz"]
+    fake_daemon.routes["/cni"] = result_route(RESULT_110)
+    assert run(env(), conf(fake_daemon))[0] == 0
+    assert fake_daemon.paths() == ["/readyz", "/healthz", "/cni"]
+
+
+def test_add_polls_healthz_after_the_404(fake_daemon: FakeDaemon) -> None:
+    """The switch happens once: /readyz is not asked again, /healthz is polled."""
+    del fake_daemon.routes["/readyz"]
+    answers = iter([500, 200])
+    fake_daemon.routes["/healthz"] = lambda req: response(next(answers), reason="X")
+    fake_daemon.routes["/cni"] = result_route(RESULT_110)
+    assert run(env(), conf(fake_daemon))[0] == 0
+    assert fake_daemon.paths() == ["/readyz", "/healthz", "/healthz", "/cni"]
+
+
+def test_add_older_daemon_not_healthy_times_out(fake_daemon: FakeDaemon) -> None:
+    del fake_daemon.routes["/readyz"]
+    fake_daemon.routes["/healthz"] = lambda req: response(500, reason="X")
+    code, out, _ = run(env(**{readiness.TIMEOUT_ENV: "0.35"}), conf(fake_daemon))
+    assert code == 1
+    assert json.loads(out)["msg"].startswith(
+        f"CmdAdd (shim): timed out waiting for the condition: /healthz on {fake_daemon.socket_path}"
+    )
+    assert fake_daemon.paths().count("/readyz") == 1
 
 
 def test_add_text_error_gets_stdin_suffix(fake_daemon: FakeDaemon) -> None:
@@ -487,7 +521,9 @@ def test_installed_add_no_daemon(installed: Path, short_dir: str) -> None:
     assert proc.returncode == 1
     assert json.loads(proc.stdout) == {
         "code": 999,
-        "msg": "CmdAdd (shim): timed out waiting for the condition",
+        "msg": "CmdAdd (shim): timed out waiting for the condition: failed to send CNI request: "
+        f'Post "http://dummy/readyz": dial unix {short_dir}/multus.sock: connect: '
+        "no such file or directory",
     }
 
 
@@ -542,7 +578,7 @@ def test_wait_until_ready_polls_immediately_then_every_interval(short_dir: str) 
         readiness.wait_until_ready(
             f"{short_dir}/multus.sock", timeout=0.35, interval=0.1, sleep=sleeps.append
         )
-    assert info.value.msg == "timed out waiting for the condition"
+    assert info.value.msg.startswith("timed out waiting for the condition: failed to send")
     assert sleeps and set(sleeps) == {0.1}
 
 

@@ -145,6 +145,32 @@ def test_encode_response_none_is_empty_body() -> None:
     assert wire.encode_response(None) == b""
 
 
+@pytest.mark.parametrize(
+    ("config_version", "answered"),
+    [
+        ("1.1.0", "1.1.0"),
+        ("1.0.0", "1.0.0"),
+        ("0.4.0", "1.0.0"),
+        ("0.3.1", "1.0.0"),
+        ("0.2.0", "1.0.0"),
+        ("", "1.0.0"),
+        ("2.0.0", "1.0.0"),
+    ],
+)
+def test_answer_version_every_shim_can_decode(config_version: str, answered: str) -> None:
+    """Shims on libcni 1.0/1.1 have no 1.1.0 converter; only a 1.1.0 config proves one."""
+    result = {
+        "cniVersion": "1.1.0",
+        "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+        "ips": [{"address": "10.1.0.5/24", "interface": 0}],
+    }
+    body = wire.encode_response(result, config_version)
+    got = wire.decode_response(body)
+    assert got is not None
+    assert got["cniVersion"] == answered
+    assert got["ips"] == [{"interface": 0, "address": "10.1.0.5/24"}]
+
+
 def test_decode_error_body_cni_error_object() -> None:
     err = wire.decode_error_body(400, b'{"code":50,"msg":"status failed","details":"d"}')
     assert err == CNIError(50, "status failed", "d")
