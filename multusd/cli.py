@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from multusd import __version__
 from multusd.errors import StartupError
 
-SUBCOMMANDS = ("demo", "install-shim", "kubesim", "probe")
+SUBCOMMANDS = ("demo", "install-plugins", "install-shim", "kubesim", "probe")
 LOOPS = ("asyncio", "uvloop", "auto")
 
 
@@ -121,6 +121,37 @@ def run_install_shim(argv: Sequence[str]) -> int:
     return 0
 
 
+def run_install_plugins(argv: Sequence[str]) -> int:
+    """``multusd install-plugins``: copy the CNI plugins the node lacks (the kind overlay's
+    init container); one line per plugin, exit 1 when a directory or a plugin is missing."""
+    from pathlib import Path
+
+    from multusd.plugins_install import PluginsInstallError, install_plugin, plan
+
+    parser = argparse.ArgumentParser(
+        prog="multusd install-plugins",
+        description="Install the CNI plugins missing from --dest; never replaces a file.",
+    )
+    parser.add_argument("--src", default="/usr/lib/cni", help="directory (default %(default)s)")
+    parser.add_argument(
+        "--dest", required=True, help="the node's CNI bin dir (must exist), e.g. /host/opt/cni/bin"
+    )
+    parser.add_argument(
+        "--only", default=None, help="comma list of plugin names (default: all in --src)"
+    )
+    args = parser.parse_args(argv)
+    only = None if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
+    src, dest = Path(args.src), Path(args.dest)
+    try:
+        for name in plan(src, dest, only):
+            # Printed as each one lands: a failure later on still shows what was done.
+            print(install_plugin(src, dest, name).line(), flush=True)
+    except (PluginsInstallError, OSError) as exc:
+        print(f"multusd install-plugins: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run_probe(argv: Sequence[str]) -> int:
     """``multusd probe [--ready]``: the DaemonSet's exec probes (kubelet cannot speak HTTP over a
     unix socket). Exit 0 when ``/healthz`` (or ``/readyz``) answers 200, else 1."""
@@ -162,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_main(args[1:])
     if args and args[0] == "install-shim":
         return run_install_shim(args[1:])
+    if args and args[0] == "install-plugins":
+        return run_install_plugins(args[1:])
     if args and args[0] == "probe":
         return run_probe(args[1:])
     if args and args[0] == "kubesim":
