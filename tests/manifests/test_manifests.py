@@ -18,41 +18,31 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes_validate.utils import all_versions
 
 from cni_shim.shim import DEFAULT_SOCKET_DIR as SHIM_SOCKET_DIR
 from multusd.cli import main as multusd_main
 from multusd.config.daemon import DEFAULT_CONFIG_PATH, DaemonConfig, parse_daemon_config
 from multusd.k8s.nads import nad_path
 from multusd.kubesim import KubeSim
+from tests.manifests import helpers
+from tests.manifests.helpers import (
+    BASE,
+    DEPLOYED,
+    EXAMPLES,
+    K8S_VERSIONS,
+    MANIFESTS,
+    MULTUSD,
+    NAD_KIND,
+    ROOT,
+    Obj,
+    load,
+)
 
 Kubectl = Callable[..., Awaitable[tuple[int, str, str]]]
-Obj = dict[str, Any]
-
-ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = ROOT / "manifests"
-EXAMPLES = MANIFESTS / "examples"
-DEPLOYED = ("crd.yaml", "rbac.yaml", "configmap.yaml", "daemonset.yaml")
-NAD_KIND = ("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition")
-MULTUSD = "/usr/local/bin/multusd"
-
-
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
-
-
-# Every Kubernetes minor from 1.29 (the oldest still served by a kind node image) to the newest
-# whose schemas the installed kubernetes-validate ships.
-K8S_VERSIONS = sorted({v for v in all_versions() if _minor(v) >= (1, 29)}, key=_minor)
-
-
-def load(path: Path) -> list[Obj]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
 
 
 def all_files() -> list[Path]:
-    return [MANIFESTS / name for name in DEPLOYED] + sorted(EXAMPLES.glob("*.yaml"))
+    return [BASE / name for name in DEPLOYED] + sorted(EXAMPLES.glob("*.yaml"))
 
 
 def find(kind: str, name: str) -> Obj:
@@ -81,20 +71,7 @@ def container(name: str, *, init: bool = False) -> Obj:
 
 def host_path(ctr: Obj, path: str) -> tuple[str, Obj]:
     """The host path behind ``path`` in ``ctr`` (longest covering mount), and that mount."""
-    volumes = {v["name"]: v for v in pod_spec()["volumes"]}
-    target = PurePosixPath(path)
-    best: Obj | None = None
-    for mount in ctr["volumeMounts"]:
-        mount_path = PurePosixPath(mount["mountPath"])
-        if (target == mount_path or mount_path in target.parents) and (
-            best is None or len(mount_path.parts) > len(PurePosixPath(best["mountPath"]).parts)
-        ):
-            best = mount
-    assert best is not None, f"{path} is not under any mount of {ctr['name']}"
-    volume = volumes[best["name"]]
-    assert "hostPath" in volume, f"{path} is mounted from {volume}, not from the host"
-    rest = target.relative_to(best["mountPath"])
-    return str(PurePosixPath(volume["hostPath"]["path"]) / rest), best
+    return helpers.host_path(pod_spec(), ctr, path)
 
 
 # --- schemas -----------------------------------------------------------------------------------
@@ -158,10 +135,15 @@ def test_crd_is_the_one_the_daemon_reads() -> None:
 
 
 def test_kustomization_lists_every_deployed_manifest() -> None:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     assert kustomization["resources"] == list(DEPLOYED)
-    on_disk = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
+    on_disk = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}
     assert on_disk == set(DEPLOYED)
+    # `kubectl apply -k manifests/` is the base, nothing more (manifests/kind is opt-in).
+    top = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    assert set(top) == {"apiVersion", "kind", "resources"}
+    assert top["resources"] == ["base"]
+    assert [p.name for p in MANIFESTS.glob("*.yaml")] == ["kustomization.yaml"]
 
 
 # --- consistency with the daemon ---------------------------------------------------------------
@@ -330,14 +312,17 @@ def test_binding_gives_the_role_to_the_daemons_service_account() -> None:
 
 
 async def test_kustomize_builds_the_deployment(kubectl: Kubectl, kubeconfig: Path) -> None:
-    """`kubectl apply -k manifests/` sees the four files' objects (built offline)."""
+    """`kubectl apply -k manifests/` sends the four base files' objects unchanged (built
+    offline)."""
     rc, out, err = await kubectl(kubeconfig, "kustomize", str(MANIFESTS))
     assert rc == 0, err
-    built = sorted((d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out))
-    expected = sorted(
-        (d["kind"], d["metadata"]["name"]) for n in DEPLOYED for d in load(MANIFESTS / n)
-    )
+    built = sorted(yaml.safe_load_all(out), key=_identity)
+    expected = sorted((d for n in DEPLOYED for d in load(BASE / n)), key=_identity)
     assert built == expected
+
+
+def _identity(obj: Obj) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
 
 
 async def test_examples_apply_to_the_emulator_and_read_back(
