@@ -1,6 +1,7 @@
 """The Containerfile, checked without a container engine: hadolint, and its install steps
 against the project's own (pyproject.toml, .ci/setup), including a real wheel build from
-exactly the files the builder stage copies."""
+exactly the files the builder stage copies, and the CNI plugins the final stage carries for
+the kind overlay's init container (manifests/kind)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERFILE = ROOT / "Containerfile"
@@ -101,8 +104,9 @@ def test_installs_the_same_package_as_ci_setup() -> None:
     name = PYPROJECT["project"]["name"]
     assert f"/dist/{name}-*.whl" in runs
     assert "-e " not in runs and "--editable" not in runs
-    # The final stage only copies what the builder installed; no RUN (no compilers, no pip).
-    assert [op for op, _ in final] == ["FROM", "ENV", "COPY", "ENTRYPOINT"]
+    # The final stage copies what the builder installed; its one RUN is apt (no compilers,
+    # no pip: checked below).
+    assert [op for op, _ in final] == ["FROM", "ENV", "RUN", "COPY", "ENTRYPOINT"]
     assert dict(final)["COPY"] == "--from=builder /install /usr/local"
     entry = json.loads(dict(final)["ENTRYPOINT"])
     assert entry == ["multusd"]
@@ -164,3 +168,41 @@ def test_builder_context_builds_the_wheel(tmp_path: Path) -> None:
     (site,) = {p.parent for p in prefix.rglob("multusd") if p.parent.name == "site-packages"}
     for module in ("multusd/shim_bundle.py", "multusd/cli.py", "cni_shim/__main__.py"):
         assert (site / module).is_file(), module
+
+
+def _apt_packages(run: str) -> dict[str, str]:
+    """``{package: version}`` of the ``apt-get install`` in a RUN (every one pinned)."""
+    (install,) = [step for step in run.split("&&") if "apt-get install" in step]
+    words = shlex.split(install)
+    assert words[:4] == ["apt-get", "install", "-y", "--no-install-recommends"], words
+    pinned = dict(word.split("=", 1) for word in words[4:])
+    assert all(pinned.values())
+    return pinned
+
+
+def _dpkg(*args: str) -> str:
+    return subprocess.run(
+        ["dpkg-query", *args], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+
+
+def test_final_stage_carries_the_reference_cni_plugins() -> None:
+    """Debian's containernetworking-plugins, the build the e2e tests run (from .ci/setup), in
+    /usr/lib/cni, where the kind overlay's `multusd install-plugins --src` reads them."""
+    (run,) = [args for op, args in stages()[1] if op == "RUN"]
+    steps = [step.strip() for step in run.split("&&")]
+    assert steps[0] == "apt-get update"
+    assert steps[-1] == "rm -rf /var/lib/apt/lists/*"  # no apt lists left in the layer
+    assert "pip" not in run and "gcc" not in run
+    packages = _apt_packages(run)
+    assert list(packages) == ["containernetworking-plugins"]
+    setup = (ROOT / ".ci/setup").read_text()
+    assert re.search(r"packages=\([^)]*\bcontainernetworking-plugins\b", setup)
+    installed = _dpkg("-W", "-f", "${Version}", "containernetworking-plugins")
+    assert packages["containernetworking-plugins"] == installed
+    files = set(_dpkg("-L", "containernetworking-plugins").split())
+    patch = yaml.safe_load((ROOT / "manifests/kind/install-cni-plugins.yaml").read_text())
+    (init,) = patch["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"][init["command"].index("--src") + 1] == "/usr/lib/cni"
+    for plugin in ("bridge", "macvlan", "static", "tuning", "host-local"):  # the examples'
+        assert f"/usr/lib/cni/{plugin}" in files
