@@ -1,37 +1,132 @@
-"""``multusd demo``: the README's first command, end to end, leaving nothing behind."""
+"""``multusd demo``: the README's first command, end to end, leaving nothing behind, from the
+checkout and from an installed wheel.
+
+"Nothing behind" is checked on the host: the node paths the daemon and the plugins default to
+(``/etc/cni``, ``/var/lib/cni``, ``/run/multus``, ...) are snapshotted before and after each
+run, with ``/run/netns``, the mounts and the links. Other engineers' tests run on this machine
+at the same time, so only what could be the demo's is compared: whole trees where nothing but a
+CNI component should write, and elsewhere the entries named the way the demo names things
+(``mdemo…`` links and temp dirs, the demo's container ID and networks).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
+import re
 import shutil
+import subprocess
 import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
-from tests.e2e.harness import REPO, ip
+import pytest
+import yaml
+
+from multusd.config.daemon import DaemonConfig, parse_daemon_config
+from multusd.demo import DemoDirs, cluster_network, confine, daemon_config, example
+from tests.e2e.harness import PLUGIN_DIR, REPO, ip
+
+# Trees only CNI components write (every test keeps its own files in temp dirs): compared whole.
+WHOLE = (
+    "/etc/cni",
+    "/opt/cni",
+    "/var/lib/cni/networks",  # host-local's default dataDir
+    "/var/lib/cni/multus",  # the daemon's default cniDir
+    "/run/multus",  # the daemon's default socketDir
+    "/run/cni",  # tuning's default dataDir
+    "/run/k8s.cni.cncf.io",  # device information
+    "/var/lib/kubelet",
+)
+# libcni's result cache, which the container runtime of other tests writes: only entries
+# naming the demo's container (``demo<tag>``) or its networks count.
+SHARED = ("/var/lib/cni",)
+DEMO_NAME = re.compile(r"mdemo|demo-net|demo\d|multusd-demo|bridge-conf|macvlan-conf")
 
 
-async def _demo(*prefix: str) -> tuple[int, str, str]:
+def _tree(root: str) -> dict[str, tuple[object, ...]]:
+    """Every entry under ``root``: type, mode and, for files, size, mtime and a digest."""
+    entries: dict[str, tuple[object, ...]] = {}
+    if not os.path.lexists(root):
+        return entries
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            st = os.lstat(path)
+            if os.path.isfile(path) and not os.path.islink(path):
+                digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+                entries[path] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, digest)
+            else:
+                entries[path] = ("other", st.st_mode)
+    entries[root] = ("root", os.lstat(root).st_mode)
+    return entries
+
+
+async def snapshot() -> dict[str, object]:
+    """What the demo could leave on the host (see the module doc)."""
+    whole = {root: _tree(root) for root in WHOLE}
+    shared = {
+        root: {p: v for p, v in _tree(root).items() if DEMO_NAME.search(p)} for root in SHARED
+    }
+    netns_dir = Path("/run/netns")
+    netns = sorted(p.name for p in netns_dir.iterdir() if DEMO_NAME.search(p.name)) if (
+        netns_dir.is_dir()
+    ) else []  # fmt: skip
+    mounts = [
+        line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "mdemo" in line
+    ]
+    links = sorted(
+        line.split(": ")[1].split("@")[0]
+        for line in (await ip("-o", "link")).splitlines()
+        if DEMO_NAME.search(line) or "mbr-example" in line
+    )
+    temp = sorted(p.name for p in Path("/tmp").glob("mdemo-*"))
+    return {
+        "whole": whole,
+        "shared": shared,
+        "netns": netns,
+        "mounts": mounts,
+        "links": links,
+        "temp": temp,
+    }
+
+
+def assert_unchanged(before: dict[str, object], after: dict[str, object]) -> None:
+    for key, was in before.items():
+        assert after[key] == was, f"the demo changed the host's {key}"
+
+
+async def _demo(*prefix: str, python: str = sys.executable, cwd: Path = REPO,
+                env: dict[str, str] | None = None) -> tuple[int, str, str]:  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
-        *prefix, sys.executable, "-m", "multusd", "demo",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO,
+        *prefix, python, "-m", "multusd", "demo",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
 
-async def test_demo_wires_a_namespace_and_cleans_up() -> None:
-    namespaces_before = await ip("netns", "list")
-    code, out, err = await _demo()
-    assert code == 0, out + err
+def _assert_wired(out: str) -> None:
     assert '"cniVersion": "1.0.0"' in out
     assert "eth0" in out and "10.250.77." in out
     assert "net1" in out and "10.88.10." in out  # the bridge NAD
     assert "net2" in out and "10.88.20.10/24" in out  # the macvlan NAD with its requested IP
     assert '"name": "default/macvlan-conf"' in out  # the network-status annotation
     assert "-- CHECK\nok" in out and "-- DEL\nok" in out
-    assert await ip("netns", "list") == namespaces_before
-    links = await ip("link")
-    assert "mdemo" not in links and "mbr-example" not in links
+    assert re.search(r"netns /tmp/mdemo-\w+/netns\)", out)  # in its temp dir, not /run/netns
+
+
+async def test_demo_wires_a_namespace_and_leaves_the_host_as_it_was() -> None:
+    before = await snapshot()
+    code, out, err = await _demo()
+    assert code == 0, out + err
+    _assert_wired(out)
+    assert_unchanged(before, await snapshot())
 
 
 async def test_demo_without_root_exits_2_with_a_clear_message() -> None:
@@ -40,3 +135,126 @@ async def test_demo_without_root_exits_2_with_a_clear_message() -> None:
     code, _out, err = await _demo(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups")
     assert code == 2
     assert "needs root" in err
+
+
+# --- from a wheel: the demo's data is package data, not the checkout's manifests/ ------------
+
+
+@pytest.fixture(scope="module")
+def installed() -> Iterator[Path]:
+    """A fresh venv holding the built wheel; the dependencies come from the test venv's
+    site-packages by a .pth line (no downloads), whose editable multusd is not activated that
+    way (.pth files are processed in site dirs only), so ``multusd`` is the wheel's."""
+    root = Path(tempfile.mkdtemp(prefix="mt-wheel-", dir="/tmp"))
+    try:
+        dist, venv = root / "dist", root / "venv"
+        _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO))
+        (wheel,) = dist.glob("multusd-*.whl")
+        _run("/usr/bin/python3", "-m", "venv", str(venv))
+        (site,) = venv.glob("lib/python3*/site-packages")
+        (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        _run(str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+             str(wheel))  # fmt: skip
+        yield venv
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, f"{' '.join(argv)}: {done.stdout}{done.stderr}"
+
+
+def _outside_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+
+
+def test_the_wheel_carries_the_examples_the_demo_loads(installed: Path, tmp_path: Path) -> None:
+    probe = (
+        "import json, multusd, multusd.demo as d\n"
+        "print(json.dumps({'file': multusd.__file__, 'examples': {n: d.example(n) for n in "
+        "('bridge-nad.yaml', 'macvlan-nad.yaml', 'pod.yaml')}}))\n"
+    )
+    done = subprocess.run(
+        [str(installed / "bin/python"), "-c", probe],
+        cwd=tmp_path, env=_outside_env(), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert Path(found["file"]).is_relative_to(installed), found["file"]  # not the checkout
+    for name, loaded in found["examples"].items():
+        assert loaded == yaml.safe_load((REPO / "manifests/examples" / name).read_text())
+
+
+async def test_demo_runs_from_the_wheel_and_leaves_the_host_as_it_was(
+    installed: Path, tmp_path: Path
+) -> None:
+    before = await snapshot()
+    code, out, err = await _demo(python=str(installed / "bin/python"), cwd=tmp_path,
+                                 env=_outside_env())  # fmt: skip
+    assert code == 0, out + err
+    _assert_wired(out)
+    assert_unchanged(before, await snapshot())
+
+
+# --- what the demo hands the daemon and the plugins (no root needed) -------------------------
+
+
+def test_every_path_the_daemon_uses_is_in_the_demos_temp_dir(short_tmp: Path) -> None:
+    """Set or defaulted: a path key added to the daemon later fails here until the demo sets it."""
+    dirs = DemoDirs(short_tmp)
+    raw = daemon_config(dirs, PLUGIN_DIR, dirs.conf_dir / "10-demo.conflist")
+    config, _ = parse_daemon_config(json.dumps(raw).encode())
+    assert config.extra == {}
+    paths = {
+        name: value
+        for name in DaemonConfig.__dataclass_fields__
+        if isinstance(value := getattr(config, name), str) and value.startswith("/")
+    }
+    assert paths.pop("bin_dir") == PLUGIN_DIR  # read only: the real plugins
+    assert {"cni_config_dir", "cni_dir", "socket_dir", "conf_dir"} <= set(paths)
+    for name, value in paths.items():
+        assert Path(value).is_relative_to(short_tmp), (name, value)
+
+
+def test_every_plugin_keeps_its_state_in_the_demos_temp_dir(short_tmp: Path) -> None:
+    """host-local and tuning default to /var/lib/cni/networks and /run/cni/tuning."""
+    dirs = DemoDirs(short_tmp)
+    configs = [cluster_network(dirs, "mdemo1")]
+    for name in ("bridge-nad.yaml", "macvlan-nad.yaml"):
+        configs.append(confine(json.loads(example(name)["spec"]["config"]), dirs))
+    plugins = [p for c in configs for p in c.get("plugins", [c])]
+    assert {p["type"] for p in plugins} == {"bridge", "tuning", "macvlan"}
+    for plugin in plugins:
+        if plugin.get("ipam", {}).get("type") == "host-local":
+            assert plugin["ipam"]["dataDir"] == str(dirs.ipam)
+        if plugin["type"] == "tuning":
+            assert plugin["dataDir"] == str(dirs.tuning)
+    # The examples themselves keep the defaults: right on a kind node (docs/quickstart.md).
+    assert "dataDir" not in example("bridge-nad.yaml")["spec"]["config"]
+
+
+async def test_the_snapshot_sees_what_a_leaky_demo_would_leave(short_tmp: Path) -> None:
+    """The comparisons above are not blind: a demo-named link, temp dir and netns mount show."""
+    before = await snapshot()
+    link = f"mdemo{os.getpid() % 100000}t"
+    leftover = Path(tempfile.mkdtemp(prefix="mdemo-", dir="/tmp"))
+    pinned = leftover / "netns"
+    pinned.touch()
+    try:
+        await ip("link", "add", link, "type", "veth", "peer", "name", f"{link}x")
+        subprocess.run(["unshare", f"--net={pinned}", "true"], check=True, timeout=30)
+        after = await snapshot()
+        for key in ("links", "temp", "mounts"):
+            assert after[key] != before[key], key
+    finally:
+        subprocess.run(["umount", str(pinned)], check=False, timeout=30)
+        await ip("link", "del", link, check=False)
+        shutil.rmtree(leftover, ignore_errors=True)
+    # A tree compared whole notices a new file and a rewritten one.
+    tree = _tree(str(short_tmp))
+    (short_tmp / "00-multus.conf").write_text("{}")
+    assert _tree(str(short_tmp)) != tree
+    tree = _tree(str(short_tmp))
+    (short_tmp / "00-multus.conf").write_text("[]")
+    assert _tree(str(short_tmp)) != tree
