@@ -1,9 +1,11 @@
-"""``python -m bench [NAME ...]``: run the named benchmarks (default: all)."""
+"""``python -m bench [NAME ...] [--option ...]``: run the named benchmarks (default: all that
+need no options). Everything from the first ``-`` argument on goes to the one named benchmark
+that takes options (``sidebyside --daemon PATH --shim PATH``)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench import (
@@ -17,6 +19,7 @@ from bench import (
     profile_add,
     qps_storm,
     readiness_stat,
+    sidebyside,
     skeleton,
 )
 
@@ -33,17 +36,29 @@ BENCHMARKS: dict[str, Callable[[], Any]] = {
     "concurrency": concurrency.main,
     "profile_add": profile_add.main,
 }
+WITH_OPTIONS: dict[str, Callable[[Sequence[str]], Any]] = {
+    "sidebyside": sidebyside.main,  # needs the other side's binaries: never in the default run
+}
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(BENCHMARKS)
-    unknown = [n for n in names if n not in BENCHMARKS]
+    split = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    names, options = argv[:split] or list(BENCHMARKS), argv[split:]
+    known = {**BENCHMARKS, **WITH_OPTIONS}
+    unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(known)}")
+        return 2
+    takers = [n for n in names if n in WITH_OPTIONS]
+    if options and len(takers) != 1:
+        print(f"options {' '.join(options)} need exactly one of: {', '.join(WITH_OPTIONS)}")
         return 2
     for name in names:
         print(f"== {name}")
-        BENCHMARKS[name]()
+        if name in WITH_OPTIONS:
+            WITH_OPTIONS[name](options)
+        else:
+            BENCHMARKS[name]()
     return 0
 
 

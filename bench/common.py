@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -106,6 +107,53 @@ def daemon(directory: Path, config: dict[str, Any]) -> Iterator[str]:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         log.close()
+
+
+@dataclass(frozen=True)
+class ShimCall:
+    """One shim run: its exit status, how long it took, and what it printed."""
+
+    returncode: int
+    seconds: float
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def error(self, limit: int = 300) -> str:
+        """What went wrong, short: the CNI error's ``msg`` (from ``ERRORED:`` on, where a Go
+        shim repeats the whole request first), else the output's last line; the tail is kept,
+        since wrapped errors end with their cause."""
+        text = (self.stdout.strip() or self.stderr.strip()).decode(errors="replace")
+        with contextlib.suppress(ValueError, AttributeError):
+            text = str(json.loads(text).get("msg", text))
+        if "ERRORED: " in text:
+            text = text.rsplit("ERRORED: ", 1)[-1]
+        text = text.strip().splitlines()[-1] if text.strip() else f"exit {self.returncode}"
+        return text if len(text) <= limit else "…" + text[-limit:]
+
+
+async def call_shim(
+    shim: str | Path, command: str, conf: bytes, env: dict[str, str], *, timeout: float = 120.0
+) -> ShimCall:
+    """Run a CNI shim (any: ours, upstream's) with ``conf`` on stdin; a run that outlives
+    ``timeout`` is killed and reported as failed (exit -9) instead of hanging the benchmark."""
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        str(shim), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**env, "CNI_COMMAND": command},
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(conf), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return ShimCall(
+            -9, time.perf_counter() - start, b"", f"timed out after {timeout} s".encode()
+        )
+    return ShimCall(proc.returncode or 0, time.perf_counter() - start, out, err)
 
 
 def save(name: str, data: dict[str, Any]) -> Path:
