@@ -122,8 +122,8 @@ class PeerDaemon:
     """One daemon binary in its own mount namespace, configured as deployed (auto mode: it
     generates ``00-multus.conf`` from the primary network in its conf dir), every path under
     ``workdir``. ``async with`` starts it and waits until it answers ``/healthz`` and has
-    written ``00-multus.conf``, which is then :attr:`runtime_conf`: what a container runtime
-    hands to the shim. Exit stops it."""
+    written ``00-multus.conf`` in full, which is then :attr:`runtime_conf`: what a container
+    runtime hands to the shim. Exit stops it."""
 
     def __init__(
         self,
@@ -214,7 +214,9 @@ class PeerDaemon:
                 raise RuntimeError(f"{self.binary} exited ({self.proc.returncode}): {self.tail()}")
             try:
                 await asyncio.to_thread(readiness.probe, self.socket_path, readiness.HEALTHZ, 1.0)
-                self.runtime_conf = await asyncio.to_thread(self.generated_conf.read_bytes)
+                conf = await asyncio.to_thread(self.generated_conf.read_bytes)
+                json.loads(conf)  # whole: upstream writes it in place, not by rename
+                self.runtime_conf = conf
                 return
             except Exception as exc:  # not up yet, whatever the reason
                 if time.monotonic() > deadline:
