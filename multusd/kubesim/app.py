@@ -54,6 +54,7 @@ def _record(request: web.Request, info: RequestInfo | None) -> RequestRecord:
         name=(target.name or "") if isinstance(target, routes.Target) else "",
         user_agent=request.headers.get("User-Agent", ""),
         accept=request.headers.get("Accept", ""),
+        body_type=request.headers.get("Content-Type", "") if request.body_exists else "",
     )
 
 

@@ -1,28 +1,30 @@
 """Wire encodings and content negotiation.
 
 Objects are kept encoded as JSON (see ``store``), so a JSON response is mostly joining stored
-bytes. An encoder is chosen per request from ``Accept`` through ``negotiate``. Protobuf
-(``multusd.kproto``) exists for pods only, and only for reads (get, list, watch): a client that
-lists protobuf first gets it there, and JSON everywhere else, exactly as a real apiserver does
-for custom resources, which have no protobuf form. Protobuf bodies are converted from the
-stored JSON on the way out; the bare Pod messages are cached per stored JSON object, so a big
-list costs one conversion per object version, not one per request.
+bytes. An encoder is chosen per request from ``Accept`` through ``negotiate``. Protobuf exists for
+the built-in kinds the emulator stores (pods, namespaces, both events), on every verb, from the
+tables in ``podproto`` and ``kindproto``: a client that lists protobuf first gets it there, and
+JSON for custom resources (NADs), exactly as a real apiserver answers, since those have no
+protobuf form. Protobuf bodies are converted from the stored JSON on the way out; the bare
+messages are cached per stored JSON object, so a big list costs one conversion per object
+version, not one per request.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from multusd import kproto
 from multusd.kubesim import podproto
 from multusd.kubesim.errors import bad_request, not_acceptable
+from multusd.kubesim.kindproto import MESSAGES
 
 JSON_MEDIA_TYPE = "application/json"
 PROTOBUF_MEDIA_TYPE = kproto.MEDIA_TYPE
-_PROTO_CACHE_SIZE = 100_000  # bare Pod messages kept, keyed by their stored JSON bytes
+_PROTO_CACHE_SIZE = 100_000  # bare messages kept, keyed by their stored JSON bytes
 
 
 def dumps(obj: Any) -> bytes:
@@ -68,30 +70,38 @@ class Encoder:
 JSON = Encoder(JSON_MEDIA_TYPE)
 
 
-_pod_messages: dict[bytes, bytes] = {}
+_messages: dict[bytes, bytes] = {}
 
 
-def _pod_message(raw: bytes) -> bytes:
-    """The bare protobuf Pod of one stored JSON pod, cached (bytes cache their own hash)."""
-    message = _pod_messages.get(raw)
+def _message(raw: bytes, table: podproto.Table) -> bytes:
+    """The bare protobuf message of one stored JSON object, cached (bytes cache their own
+    hash; the stored JSON names its kind, so one cache serves every table)."""
+    message = _messages.get(raw)
     if message is None:
-        message = podproto.pod_message(json.loads(raw))
-        if len(_pod_messages) >= _PROTO_CACHE_SIZE:
-            del _pod_messages[next(iter(_pod_messages))]  # oldest first: dicts keep order
-        _pod_messages[raw] = message
+        message = podproto.message(json.loads(raw), table)
+        if len(_messages) >= _PROTO_CACHE_SIZE:
+            del _messages[next(iter(_messages))]  # oldest first: dicts keep order
+        _messages[raw] = message
     return message
 
 
 @dataclass(frozen=True, slots=True)
 class ProtobufEncoder(Encoder):
-    """Pods (and the Status of a watch ERROR) as Kubernetes protobuf, from stored JSON."""
+    """One kind (and the Status of an error or a watch ERROR) as Kubernetes protobuf, from
+    stored JSON."""
+
+    kind: str
+    api_version: str
+    table: podproto.Table = field(compare=False, repr=False)
 
     def list_body(
         self, api_version: str, kind: str, meta: dict[str, Any], items: Iterable[bytes]
     ) -> bytes:
         remaining = meta.get("remainingItemCount")
+        table = self.table
+        # ListMeta = 1, items = 2: every list message has this shape, PodList's encoder fits.
         message = kproto.pod_list_message(
-            (_pod_message(raw) for raw in items),
+            (_message(raw, table) for raw in items),
             resource_version=str(meta.get("resourceVersion") or ""),
             continue_token=str(meta.get("continue") or ""),
             remaining_item_count=remaining if isinstance(remaining, int) else None,
@@ -104,19 +114,34 @@ class ProtobufEncoder(Encoder):
         if obj.startswith(b'{"kind":"Status"'):
             status = kproto.encode_status(json.loads(obj))
             return kproto.encode_watch_event(event_type, status)
-        return kproto.encode_watch_event(event_type, kproto.wrap("Pod", _pod_message(obj)))
+        return kproto.encode_watch_event(event_type, self._wrap(_message(obj, self.table)))
 
     def object(self, obj: Any) -> bytes:
+        """A stored object (bytes) or a dict: a Status, or an object of this encoder's kind."""
         if isinstance(obj, bytes):
-            return kproto.wrap("Pod", _pod_message(obj))
-        return kproto.encode_object(obj)
+            return self._wrap(_message(obj, self.table))
+        if obj.get("kind") == "Status":
+            return kproto.encode_status(obj)
+        return self._wrap(podproto.message(obj, self.table))
+
+    def _wrap(self, message: bytes) -> bytes:
+        return kproto.wrap(self.kind, message, self.api_version)
 
     @property
     def stream_media_type(self) -> str:
         return kproto.STREAM_MEDIA_TYPE
 
 
-PROTOBUF = ProtobufEncoder(PROTOBUF_MEDIA_TYPE)
+_PROTOBUF_BY_KIND = {
+    key: ProtobufEncoder(PROTOBUF_MEDIA_TYPE, key[1], key[0], table)
+    for key, table in MESSAGES.items()
+}
+PROTOBUF = _PROTOBUF_BY_KIND[("v1", "Pod")]
+
+
+def protobuf_encoder(api_version: str, kind: str) -> ProtobufEncoder | None:
+    """The protobuf encoder of a kind; None for kinds without a protobuf form (CRDs)."""
+    return _PROTOBUF_BY_KIND.get((api_version, kind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +164,14 @@ def parse_accept(header: str) -> list[MediaRange]:
     return ranges
 
 
-def negotiate(accept: str | None, *, protobuf: bool = False) -> tuple[Encoder, MediaRange | None]:
+def negotiate(
+    accept: str | None, *, protobuf: Encoder | None = None
+) -> tuple[Encoder, MediaRange | None]:
     """Pick the encoder for ``Accept``; returns the matching range too (it may ask for a Table).
 
     Ranges are taken in the client's order (client-go lists its preference first); ranges we
     cannot produce are skipped, and nothing producible at all is a 406 like the apiserver's.
-    ``protobuf`` says whether this request can be answered in protobuf (pod reads only).
+    ``protobuf`` is the request's resource's protobuf encoder, if it has one.
     """
     if not accept:
         return JSON, None
@@ -152,8 +179,8 @@ def negotiate(accept: str | None, *, protobuf: bool = False) -> tuple[Encoder, M
     for r in ranges:
         if r.type in (JSON_MEDIA_TYPE, "application/*", "*/*"):
             return JSON, r
-        if protobuf and r.type == PROTOBUF_MEDIA_TYPE and "as" not in r.params:
-            return PROTOBUF, r
+        if protobuf is not None and r.type == PROTOBUF_MEDIA_TYPE and "as" not in r.params:
+            return protobuf, r
     raise not_acceptable(accept)
 
 

@@ -11,16 +11,26 @@ from typing import Any
 
 from aiohttp import web
 
-from multusd.kubesim import discovery, operations, watch
+from multusd.kubesim import discovery, operations, protodecode, watch
 from multusd.kubesim.encoding import (
     JSON,
+    JSON_MEDIA_TYPE,
+    PROTOBUF_MEDIA_TYPE,
     Encoder,
     decode_object,
     loads,
     negotiate,
+    protobuf_encoder,
     request_media_type,
 )
-from multusd.kubesim.errors import ApiError, bad_request, method_not_allowed, path_not_found
+from multusd.kubesim.errors import (
+    ApiError,
+    bad_request,
+    method_not_allowed,
+    path_not_found,
+    unsupported_media_type,
+)
+from multusd.kubesim.resources import ResourceType
 from multusd.kubesim.routes import DiscoveryPath, Target
 from multusd.kubesim.selectors import FieldSelector, parse_field_selector, parse_label_selector
 from multusd.kubesim.state import State
@@ -45,25 +55,32 @@ def _json(body: bytes, status: int = 200, headers: dict[str, str] | None = None)
     return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
-def _encoded(encoder: Encoder, body: bytes) -> web.Response:
-    return web.Response(body=body, content_type=encoder.media_type)
+def _encoded(encoder: Encoder, body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type=encoder.media_type)
 
 
-def _protobuf_capable(target: Target, verb: str) -> bool:
-    """Only pod reads have a protobuf form here (the apiserver has none for CRDs at all)."""
-    rt = target.rt
-    return rt.group == "" and rt.kind == "Pod" and verb in ("get", "list", "watch")
+def _stored(encoder: Encoder, raw: bytes, status: int = 200) -> web.Response:
+    """One stored object in the negotiated encoding (JSON is the stored bytes as they are)."""
+    if encoder is JSON:
+        return _json(raw, status)
+    return _encoded(encoder, encoder.object(raw), status)
+
+
+def _protobuf(rt: ResourceType) -> Encoder | None:
+    """The resource's protobuf encoder: built-in kinds have one, CRDs none (as upstream)."""
+    return protobuf_encoder(rt.api_version, rt.kind)
 
 
 def error_response(err: ApiError, request: web.Request | None = None) -> web.Response:
-    """The Status of a failure, in protobuf when the failed request was a pod read that asked
-    for protobuf (as the apiserver answers), else JSON."""
+    """The Status of a failure, in protobuf when the failed request was for a built-in kind
+    and asked for protobuf first (as the apiserver answers), else JSON."""
     info = request.get(INFO_KEY) if request is not None else None
     if request is not None and info is not None and isinstance(info.target, Target):
         accept = request.headers.get("Accept")
-        if accept and _protobuf_capable(info.target, info.verb):
+        protobuf = _protobuf(info.target.rt)
+        if accept and protobuf is not None:
             try:
-                encoder = negotiate(accept, protobuf=True)[0]
+                encoder = negotiate(accept, protobuf=protobuf)[0]
             except ApiError:
                 encoder = JSON
             if encoder is not JSON:
@@ -112,15 +129,18 @@ async def _body(request: web.Request) -> Any:
     return loads(data)
 
 
-def _check_body_type(request: web.Request) -> None:
+async def _object_body(request: web.Request, rt: ResourceType) -> dict[str, Any]:
+    """A create or update body: JSON for every kind, Kubernetes protobuf for built-in kinds
+    (kubectl's typed commands send nothing else), decoded to the same JSON-shaped dict."""
     media = request_media_type(request.content_type)
-    if media != "application/json":
-        raise ApiError(
-            415,
-            "UnsupportedMediaType",
-            f"the body of the request was in an unknown format - accepted media types include: "
-            f"application/json (got {media!r})",
-        )
+    if media == JSON_MEDIA_TYPE:
+        return decode_object(await request.read())
+    accepted = [JSON_MEDIA_TYPE]
+    if _protobuf(rt) is not None:
+        if media == PROTOBUF_MEDIA_TYPE:
+            return protodecode.decode_object(await request.read(), rt.api_version, rt.kind)
+        accepted.append(PROTOBUF_MEDIA_TYPE)
+    raise unsupported_media_type(media, accepted)
 
 
 def _reject_dry_run(request: web.Request) -> None:
@@ -131,9 +151,7 @@ def _reject_dry_run(request: web.Request) -> None:
 async def _resource(
     request: web.Request, state: State, target: Target, verb: str
 ) -> web.StreamResponse:
-    encoder, accepted = negotiate(
-        request.headers.get("Accept"), protobuf=_protobuf_capable(target, verb)
-    )
+    encoder, accepted = negotiate(request.headers.get("Accept"), protobuf=_protobuf(target.rt))
     table = accepted is not None and wants_table(accepted)
     include = request.query.get("includeObject", "Metadata")
     if verb in ("list", "watch", "deletecollection"):
@@ -148,30 +166,28 @@ async def _resource(
         if table:
             meta = {"resourceVersion": str(entry.rv)}
             return _json(encoder.object(table_for(rt, meta, [entry.raw], include)))
-        if encoder is not JSON:
-            return _encoded(encoder, encoder.object(entry.raw))
-        return _json(entry.raw)
+        return _stored(encoder, entry.raw)
     _reject_dry_run(request)
     if verb == "create":
         if target.name is not None or target.subresource:
             raise method_not_allowed(request.method)
-        _check_body_type(request)
-        entry = operations.create(state, rt, ns, decode_object(await request.read()))
-        return _json(entry.raw, 201)
+        entry = operations.create(state, rt, ns, await _object_body(request, rt))
+        return _stored(encoder, entry.raw, 201)
     if verb == "update":
-        _check_body_type(request)
-        body = decode_object(await request.read())
+        body = await _object_body(request, rt)
         entry = operations.update(state, rt, ns, name, body, subresource=target.subresource)
-        return _json(entry.raw)
+        return _stored(encoder, entry.raw)
     if verb == "patch":
         media = request_media_type(request.content_type)
         body = await _body(request)
         entry = operations.patch(
             state, rt, ns, name, content_type=media, body=body, subresource=target.subresource
         )
-        return _json(entry.raw)
+        return _stored(encoder, entry.raw)
     if verb == "delete" and not target.subresource:
         options = await _delete_options(request)
+        if options.get("dryRun"):
+            raise bad_request("kubesim does not implement dryRun")
         entry = operations.delete(state, rt, ns, name, options.get("preconditions"))
         return _deleted(encoder, entry, target)
     raise method_not_allowed(request.method)
@@ -209,7 +225,7 @@ async def _collection(
         doomed = list(state.store.iter_entries(rt, namespace, labels=labels, fields=fields))
         deleted = [operations.delete(state, rt, e.namespace, e.name).raw for e in doomed]
         meta = {"resourceVersion": str(state.store.resource_version)}
-        return _json(encoder.list_body(rt.api_version, rt.list_kind, meta, deleted))
+        return _encoded(encoder, encoder.list_body(rt.api_version, rt.list_kind, meta, deleted))
     page = operations.list_page(
         state,
         rt,
@@ -230,9 +246,12 @@ async def _collection(
 
 
 async def _delete_options(request: web.Request) -> dict[str, Any]:
+    """The DeleteOptions body, if any: JSON, or protobuf from client-go's typed clients."""
     data = await request.read()
     if not data:
         return {}
+    if request_media_type(request.content_type) == PROTOBUF_MEDIA_TYPE:
+        return protodecode.decode_delete_options(data)
     options = loads(data)
     return options if isinstance(options, dict) else {}
 
@@ -240,7 +259,7 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
 def _deleted(encoder: Encoder, entry: Entry, target: Target) -> web.Response:
     rt = target.rt
     if rt.return_deleted_object:
-        return _json(entry.raw)
+        return _stored(encoder, entry.raw)
     details: dict[str, Any] = {"name": entry.name}
     if rt.group:
         details["group"] = rt.group
@@ -253,7 +272,7 @@ def _deleted(encoder: Encoder, entry: Entry, target: Target) -> web.Response:
         "status": "Success",
         "details": details,
     }
-    return _json(encoder.object(status))
+    return _encoded(encoder, encoder.object(status))
 
 
 def _int_param(request: web.Request, name: str) -> int:

@@ -13,6 +13,14 @@ runtime (``tests/kproto_fixtures.py``).
 Go's ``json:",inline"`` members (``Volume.volumeSource``, ``Probe.handler``,
 ``LocalObjectReference`` in config-map and secret references) take their keys from the
 enclosing JSON object; the table marks them ``INLINE``.
+
+The same tables read protobuf request bodies (``multusd.kubesim.protodecode``; the other
+built-in kinds are in ``multusd.kubesim.kindproto``), so one description of each message serves
+both directions. Reading needs one fact writing does not: Go writes every non-pointer field on
+the wire, zero or not, and its JSON leaves the ``omitempty`` ones out when zero. ``INT0`` and
+``BOOL0`` mark those (non-pointer, ``omitempty``: a zero on the wire means unset); ``INT`` and
+``BOOL`` are pointers or required fields, whose zero is a value (``automountServiceAccountToken:
+false``). Each kind was checked against the Go struct tags in ``k8s.io/api`` ``core/v1/types.go``.
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ from typing import Any
 
 from multusd.kproto import put_bytes, put_int, put_str, time_message
 
-# Field kinds: how a JSON value becomes wire bytes.
-STR, INT, BOOL, MSG, STRS, MSGS, MAP, QMAP, TIME, INTSTR, INLINE = range(11)
+# Field kinds: how a JSON value becomes wire bytes (and back). INT0/BOOL0: a zero is unset
+# (Go's non-pointer omitempty fields); MICROTIME: metav1.MicroTime (microseconds kept).
+STR, INT, BOOL, MSG, STRS, MSGS, MAP, QMAP, TIME, INTSTR, INLINE, INT0, BOOL0, MICROTIME = range(14)
+VARINT_KINDS = frozenset((INT, BOOL, INT0, BOOL0))
 
 Table = dict[str, tuple[int, int, Any]]  # JSON key -> (field number, kind, message table)
 
@@ -51,7 +61,7 @@ OBJECT_META: Table = {
     "selfLink": (4, STR, None),
     "uid": (5, STR, None),
     "resourceVersion": (6, STR, None),
-    "generation": (7, INT, None),
+    "generation": (7, INT0, None),
     "creationTimestamp": (8, TIME, None),
     "deletionTimestamp": (9, TIME, None),
     "deletionGracePeriodSeconds": (10, INT, None),
@@ -75,11 +85,11 @@ _PROBE_HANDLER: Table = {
 }
 _PROBE: Table = {
     "": (1, INLINE, _PROBE_HANDLER),
-    "initialDelaySeconds": (2, INT, None),
-    "timeoutSeconds": (3, INT, None),
-    "periodSeconds": (4, INT, None),
-    "successThreshold": (5, INT, None),
-    "failureThreshold": (6, INT, None),
+    "initialDelaySeconds": (2, INT0, None),
+    "timeoutSeconds": (3, INT0, None),
+    "periodSeconds": (4, INT0, None),
+    "successThreshold": (5, INT0, None),
+    "failureThreshold": (6, INT0, None),
     "terminationGracePeriodSeconds": (7, INT, None),
 }
 _ENV_SOURCE: Table = {
@@ -104,7 +114,7 @@ _CONTAINER: Table = {
     "args": (4, STRS, None),
     "workingDir": (5, STR, None),
     "ports": (6, MSGS, {
-        "name": (1, STR, None), "hostPort": (2, INT, None), "containerPort": (3, INT, None),
+        "name": (1, STR, None), "hostPort": (2, INT0, None), "containerPort": (3, INT, None),
         "protocol": (4, STR, None), "hostIP": (5, STR, None),
     }),
     "env": (7, MSGS, {
@@ -112,7 +122,7 @@ _CONTAINER: Table = {
     }),
     "resources": (8, MSG, {"limits": (1, QMAP, None), "requests": (2, QMAP, None)}),
     "volumeMounts": (9, MSGS, {
-        "name": (1, STR, None), "readOnly": (2, BOOL, None), "mountPath": (3, STR, None),
+        "name": (1, STR, None), "readOnly": (2, BOOL0, None), "mountPath": (3, STR, None),
         "subPath": (4, STR, None), "mountPropagation": (5, STR, None),
     }),
     "livenessProbe": (10, MSG, _PROBE),
@@ -120,8 +130,8 @@ _CONTAINER: Table = {
     "terminationMessagePath": (13, STR, None),
     "imagePullPolicy": (14, STR, None),
     "securityContext": (15, MSG, _SECURITY_CONTEXT),
-    "stdin": (16, BOOL, None),
-    "tty": (18, BOOL, None),
+    "stdin": (16, BOOL0, None),
+    "tty": (18, BOOL0, None),
     "terminationMessagePolicy": (20, STR, None),
     "startupProbe": (22, MSG, _PROBE),
 }  # fmt: skip
@@ -143,7 +153,7 @@ _VOLUME_SOURCE: Table = {
         "secretName": (1, STR, None), "items": (2, MSGS, _KEY_TO_PATH),
         "defaultMode": (3, INT, None), "optional": (4, BOOL, None),
     }),
-    "persistentVolumeClaim": (10, MSG, {"claimName": (1, STR, None), "readOnly": (2, BOOL, None)}),
+    "persistentVolumeClaim": (10, MSG, {"claimName": (1, STR, None), "readOnly": (2, BOOL0, None)}),
     "configMap": (19, MSG, {
         "": (1, INLINE, _LOCAL_REF), "items": (2, MSGS, _KEY_TO_PATH),
         "defaultMode": (3, INT, None), "optional": (4, BOOL, None),
@@ -170,9 +180,9 @@ POD_SPEC: Table = {
     "serviceAccountName": (8, STR, None),
     "serviceAccount": (9, STR, None),
     "nodeName": (10, STR, None),
-    "hostNetwork": (11, BOOL, None),
-    "hostPID": (12, BOOL, None),
-    "hostIPC": (13, BOOL, None),
+    "hostNetwork": (11, BOOL0, None),
+    "hostPID": (12, BOOL0, None),
+    "hostIPC": (13, BOOL0, None),
     "securityContext": (14, MSG, {"runAsUser": (2, INT, None), "runAsNonRoot": (3, BOOL, None),
                                   "fsGroup": (5, INT, None), "runAsGroup": (6, INT, None)}),
     "imagePullSecrets": (15, MSGS, _LOCAL_REF),
@@ -191,7 +201,7 @@ _CONTAINER_STATE: Table = {
     "waiting": (1, MSG, {"reason": (1, STR, None), "message": (2, STR, None)}),
     "running": (2, MSG, {"startedAt": (1, TIME, None)}),
     "terminated": (3, MSG, {
-        "exitCode": (1, INT, None), "signal": (2, INT, None), "reason": (3, STR, None),
+        "exitCode": (1, INT, None), "signal": (2, INT0, None), "reason": (3, STR, None),
         "message": (4, STR, None), "startedAt": (5, TIME, None), "finishedAt": (6, TIME, None),
         "containerID": (7, STR, None),
     }),
@@ -233,21 +243,23 @@ POD: Table = {
 }
 
 
-def _in_field_order(table: Table, done: set[int]) -> None:
+def in_field_order(table: Table, done: set[int] | None = None) -> Table:
     """Reorder ``table`` and every table under it by field number, in place (shared sub-tables
     once), so that encoding writes fields in Go's order without sorting per message."""
+    done = set() if done is None else done
     if id(table) in done:
-        return
+        return table
     done.add(id(table))
     ordered = sorted(table.items(), key=lambda item: item[1][0])
     table.clear()
     table.update(ordered)
     for *_, sub in table.values():
         if sub is not None:
-            _in_field_order(sub, done)
+            in_field_order(sub, done)
+    return table
 
 
-_in_field_order(POD, set())
+in_field_order(POD)
 
 
 def pod_message(obj: Mapping[str, Any]) -> bytes:
@@ -270,9 +282,9 @@ def message(obj: Mapping[str, Any], table: Table) -> bytes:
 def _field(out: bytearray, number: int, kind: int, sub: Any, value: Any) -> None:
     if kind == STR:
         put_str(out, number, value)
-    elif kind == INT:
+    elif kind in (INT, INT0):
         put_int(out, number, value)
-    elif kind == BOOL:
+    elif kind in (BOOL, BOOL0):
         if isinstance(value, bool):
             put_int(out, number, int(value))
     elif kind == MSG:
@@ -296,7 +308,7 @@ def _field(out: bytearray, number: int, kind: int, sub: Any, value: Any) -> None
                 put_str(quantity, 1, str(val))
                 put_bytes(entry, 2, bytes(quantity))
             put_bytes(out, number, bytes(entry))
-    elif kind == TIME:
+    elif kind in (TIME, MICROTIME):
         stamp = time_message(value)
         if stamp is not None:
             put_bytes(out, number, stamp)

@@ -31,6 +31,7 @@ class RequestRecord:
     code: int = 0
     duration: float = 0.0
     content_type: str = ""  # of the response (shows which encoding was negotiated)
+    body_type: str = ""  # Content-Type of the request body, if any (kubectl sends protobuf)
 
 
 class Stats:

@@ -125,26 +125,39 @@ class KubectlBinary:
         return [] if self.minor >= 29 else ["--validate=false"]
 
 
+def _kubectl_minor(candidate: str) -> int | None:
+    try:
+        done = subprocess.run(
+            [candidate, "version", "--client", "-o", "json"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return int(json.loads(done.stdout)["clientVersion"]["minor"].rstrip("+"))
+
+
 @pytest.fixture(scope="session")
 def kubectl_bin() -> KubectlBinary:
-    """A kubectl that runs offline: $KUBECTL, the one on PATH, or a gcloud SDK versioned one.
+    """A kubectl that runs offline: $KUBECTL when set, else the newest of the one on PATH and
+    the gcloud SDK's versioned ones (the tests follow today's kubectl, not the oldest).
 
     On the project's machines /usr/bin/kubectl is the google-cloud-sdk dispatcher (package
-    ``kubectl``), which runs offline; Debian's ``kubernetes-client`` conflicts with it.
+    ``kubectl``, 1.32), which runs offline, beside kubectl.1.27 to 1.33; Debian's
+    ``kubernetes-client`` (1.20) conflicts with it.
     """
+    found: list[KubectlBinary] = []
     for candidate in _kubectl_candidates():
-        try:
-            done = subprocess.run(
-                [candidate, "version", "--client", "-o", "json"],
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            minor = json.loads(done.stdout)["clientVersion"]["minor"].rstrip("+")
-            return KubectlBinary(candidate, int(minor))
+        minor = _kubectl_minor(candidate)
+        if minor is not None:
+            found.append(KubectlBinary(candidate, minor))
+            if candidate == os.environ.get("KUBECTL"):
+                return found[-1]
+    if found:
+        return max(found, key=lambda k: k.minor)  # the first of the newest: PATH wins a tie
     message = "no working kubectl (install the 'kubectl' package or set KUBECTL)"
     if os.environ.get("CI"):
         pytest.fail(message)

@@ -13,6 +13,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from multusd import kproto
 from multusd.kubesim import KubeSim
 from multusd.kubesim.client import ControlClient, connect
 from multusd.kubesim.faults import ErrorRule, LatencyRule
@@ -257,19 +258,40 @@ async def test_stop_ends_open_watches():
 
 
 async def test_content_negotiation(kubesim: KubeSim, http: aiohttp.ClientSession):
+    """Built-in kinds answer protobuf when it is listed first; custom resources have no
+    protobuf form (406 when nothing else is acceptable), and take no protobuf bodies (415)."""
     proto_first = {"Accept": "application/vnd.kubernetes.protobuf, application/json"}
     async with http.get("/api/v1/namespaces/default", headers=proto_first) as resp:
         assert resp.status == 200
-        assert resp.content_type == "application/json"
-        assert (await resp.json())["metadata"]["name"] == "default"
+        assert resp.content_type == "application/vnd.kubernetes.protobuf"
+        assert kproto.unwrap(await resp.read())[:2] == ("v1", "Namespace")
     only_proto = {"Accept": "application/vnd.kubernetes.protobuf"}
-    async with http.get("/api/v1/namespaces/default", headers=only_proto) as resp:
+    nads = "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions"
+    async with http.get(nads, headers=proto_first) as resp:
+        assert resp.content_type == "application/json"
+    async with http.get(nads, headers=only_proto) as resp:
         assert resp.status == 406
         assert (await resp.json())["reason"] == "NotAcceptable"
     body = b"\x6b\x38\x73\x00"
     headers = {"Content-Type": "application/vnd.kubernetes.protobuf"}
-    async with http.post("/api/v1/namespaces/default/pods", data=body, headers=headers) as resp:
+    async with http.post(nads, data=body, headers=headers) as resp:
         assert resp.status == 415
+        assert (await resp.json())["message"].endswith(
+            "accepted media types include: application/json "
+            "(got 'application/vnd.kubernetes.protobuf')"
+        )
+    async with http.post("/api/v1/namespaces/default/pods", data=body, headers=headers) as resp:
+        assert resp.status == 400
+        assert (await resp.json())["message"] == (
+            "the object provided is unrecognized (must be of type Pod): empty body (6b387300)"
+        )
+    text = {"Content-Type": "text/plain"}
+    async with http.post("/api/v1/namespaces/default/pods", data=b"x", headers=text) as resp:
+        assert resp.status == 415
+        assert (await resp.json())["message"] == (
+            "the body of the request was in an unknown format - accepted media types include: "
+            "application/json, application/vnd.kubernetes.protobuf (got 'text/plain')"
+        )
 
 
 async def test_send_initial_events_ends_with_marked_bookmark(

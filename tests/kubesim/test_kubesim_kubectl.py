@@ -1,4 +1,5 @@
-"""kubectl against the emulator: apply, get, annotate, delete, get --watch."""
+"""kubectl against the emulator: apply, get, annotate, delete, get --watch, and the typed
+commands that send protobuf (create namespace, debug --copy-to), read from the request log."""
 
 from __future__ import annotations
 
@@ -111,3 +112,126 @@ async def test_get_watch_sees_changes_and_ends_on_timeout(
     # The watch ended because of the client timeout, not because the server closed it.
     assert kubesim.stats.count("watch", "pods") == 1
     assert rc in (0, 1)
+
+
+def _bodies(kubesim: KubeSim, since: int) -> list[tuple[str, str, str, str]]:
+    """(method, path, request body type, response type) of the resource requests logged
+    after the first ``since`` ones."""
+    return [
+        (r.method, r.path, r.body_type.split(";")[0], r.content_type.split(";")[0])
+        for r in kubesim.stats.requests()[since:]
+        if r.verb
+    ]
+
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+JSON = "application/json"
+POD_YAML = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: from-file, namespace: demo}
+spec: {containers: [{name: c, image: busybox}]}
+"""
+
+
+async def test_todays_kubectl_protobuf_and_json_commands(
+    kubesim: KubeSim, kubeconfig: Path, kubectl: Kubectl, kubectl_bin: Any
+):
+    """The imperative commands of today's kubectl against the emulator, with the encoding
+    each one really uses (read from the request log): since kubectl 1.32 the typed commands
+    send protobuf bodies and ask for protobuf answers (before, JSON); the rest send JSON."""
+    typed = PROTOBUF if kubectl_bin.minor >= 32 else JSON
+    mark = len(kubesim.stats.requests())
+    rc, out, err = await kubectl(kubeconfig, "create", "namespace", "demo")
+    assert rc == 0, err
+    assert out.strip() == "namespace/demo created"
+    assert ("POST", "/api/v1/namespaces", typed, typed) in _bodies(kubesim, mark)
+    namespace = kubesim.get("namespaces", "", "demo")
+    assert namespace["metadata"]["labels"] == {"kubernetes.io/metadata.name": "demo"}
+    assert namespace["spec"] == {"finalizers": ["kubernetes"]}
+    assert namespace["status"] == {"phase": "Active"}
+    assert set(namespace["metadata"]) == {
+        "name", "uid", "resourceVersion", "creationTimestamp", "labels",
+    }  # fmt: skip
+
+    mark = len(kubesim.stats.requests())
+    rc, out, err = await kubectl(
+        kubeconfig, "run", "web", "-n", "demo", "--restart=Never", "--image=x"
+    )
+    assert rc == 0, err
+    assert ("POST", "/api/v1/namespaces/demo/pods", JSON, JSON) in _bodies(kubesim, mark)
+    web = kubesim.get("pods", "demo", "web")
+    assert web["metadata"]["labels"] == {"run": "web"}
+    assert web["spec"]["containers"][0]["image"] == "x"
+    assert web["spec"]["restartPolicy"] == "Never"
+
+    manifest = kubeconfig.parent / "pod.yaml"
+    manifest.write_text(POD_YAML)
+    mark = len(kubesim.stats.requests())
+    rc, out, err = await kubectl(
+        kubeconfig, "create", *kubectl_bin.apply_flags, "-f", str(manifest)
+    )
+    assert rc == 0, err
+    assert out.strip() == "pod/from-file created"
+    assert ("POST", "/api/v1/namespaces/demo/pods", JSON, JSON) in _bodies(kubesim, mark)
+
+    for verb, change in (("label", "tier=front"), ("annotate", "example.com/x=1")):
+        rc, out, err = await kubectl(kubeconfig, verb, "pod", "web", "-n", "demo", change)
+        assert rc == 0, err
+    meta = kubesim.get("pods", "demo", "web")["metadata"]
+    assert meta["labels"] == {"run": "web", "tier": "front"}
+    assert meta["annotations"] == {"example.com/x": "1"}
+
+    rc, out, err = await kubectl(kubeconfig, "get", "pod", "web", "-n", "demo", "-o", "json")
+    assert rc == 0, err
+    assert json.loads(out)["metadata"]["labels"] == {"run": "web", "tier": "front"}
+    rc, out, err = await kubectl(kubeconfig, "get", "ns", "demo", "-o", "yaml")
+    assert rc == 0, err
+    assert "kubernetes.io/metadata.name: demo" in out and "phase: Active" in out
+
+    # describe and events read the pod and its events in protobuf (typed clients).
+    kubesim.create({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "web.1", "namespace": "demo"},
+        "involvedObject": {"kind": "Pod", "namespace": "demo", "name": "web",
+                           "uid": web["metadata"]["uid"], "apiVersion": "v1"},
+        "reason": "AddedInterface", "message": "Add eth0 [10.0.0.5/24] from cbr0",
+        "type": "Normal", "count": 1, "source": {"component": "multus"},
+        "firstTimestamp": "2024-05-01T10:00:00Z", "lastTimestamp": "2024-05-01T10:00:00Z",
+    })  # fmt: skip
+    mark = len(kubesim.stats.requests())
+    rc, out, err = await kubectl(kubeconfig, "describe", "pod", "web", "-n", "demo")
+    assert rc == 0, err
+    assert "AddedInterface" in out and "Add eth0 [10.0.0.5/24] from cbr0" in out
+    seen = _bodies(kubesim, mark)
+    assert ("GET", "/api/v1/namespaces/demo/pods/web", "", typed) in seen
+    assert ("GET", "/api/v1/namespaces/demo/events", "", typed) in seen
+    rc, out, err = await kubectl(kubeconfig, "events", "-n", "demo")
+    assert rc == 0, err
+    assert "AddedInterface" in out
+
+    # debug --copy-to --replace: a protobuf pod create, then a protobuf DeleteOptions.
+    mark = len(kubesim.stats.requests())
+    rc, out, err = await kubectl(
+        kubeconfig, "debug", "web", "-n", "demo", "--copy-to=web-debug", "--image=busybox",
+        "--attach=false", "--replace",
+    )  # fmt: skip
+    assert rc == 0, err
+    seen = _bodies(kubesim, mark)
+    assert ("POST", "/api/v1/namespaces/demo/pods", typed, typed) in seen
+    assert ("DELETE", "/api/v1/namespaces/demo/pods/web", typed, typed) in seen
+    copy = kubesim.get("pods", "demo", "web-debug")
+    images = [c["image"] for c in copy["spec"]["containers"]]
+    assert images == ["x", "busybox"]
+    assert copy["spec"]["restartPolicy"] == "Never"
+    assert "hostNetwork" not in copy["spec"]  # Go's zero on the wire is not kept
+
+    rc, out, err = await kubectl(kubeconfig, "delete", "pod", "web-debug", "-n", "demo")
+    assert rc == 0, err
+    assert 'pod "web-debug" deleted' in out
+    rc, out, err = await kubectl(kubeconfig, "delete", "namespace", "demo")
+    assert rc == 0, err
+    assert 'namespace "demo" deleted' in out
+    rc, out, err = await kubectl(kubeconfig, "get", "pods", "-n", "demo", "-o", "name")
+    assert rc == 0, err
+    assert out == ""

@@ -1,6 +1,7 @@
 """The emulator's complete protobuf pods: field numbers checked against a pod serialised by the
-official protobuf runtime from upstream's ``generated.proto``, and the daemon's decoder reading
-them to exactly the trimmed pod."""
+official protobuf runtime from upstream's ``generated.proto``, the daemon's decoder reading
+them to exactly the trimmed pod, and the emulator's own reader (the same table) taking them
+back to the JSON pod."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 
 from multusd import kproto
 from multusd.k8s.store import trim_pod
-from multusd.kubesim import podproto
-from tests.kproto_fixtures import official_pod_bytes
+from multusd.kubesim import podproto, protodecode
+from tests.kproto_fixtures import OFFICIAL_POD_TRIMMED, official_pod_bytes
 
 STAMP = "2024-05-01T10:00:00Z"
 POD_IP_REF = {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}
@@ -131,3 +132,49 @@ def test_unknown_keys_are_dropped_and_inline_members_always_written() -> None:
         (3,),
         (3, 1),
     }
+
+
+def _empty_fields(buf: bytes, table: podproto.Table, prefix: Path = ()) -> set[Path]:
+    """Paths of the length-delimited fields in ``buf`` whose payload is empty (Go's zero
+    strings and zero Times), descending like ``_paths``."""
+    by_number = {number: (kind, sub) for number, kind, sub in table.values()}
+    found: set[Path] = set()
+    pos = 0
+    while pos < len(buf):
+        tag, pos = _varint(buf, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, pos = _varint(buf, pos)
+            continue
+        length, pos = _varint(buf, pos)
+        kind, sub = by_number.get(number, (None, None))
+        if length == 0:
+            found.add((*prefix, number))
+        elif kind in (podproto.MSG, podproto.MSGS, podproto.INLINE):
+            found |= _empty_fields(buf[pos : pos + length], sub, (*prefix, number))
+        pos += length
+    return found
+
+
+def test_a_complete_pod_round_trips_through_the_one_table() -> None:
+    body = kproto.wrap("Pod", podproto.pod_message(POD))
+    assert protodecode.decode_object(body, "v1", "Pod") == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        **POD,
+    }
+
+
+def test_the_official_runtimes_pod_decodes_and_encodes_back() -> None:
+    """The official runtime's bytes read to the trimmed pod the daemon sees; written back
+    from the decoded dict they are the same message, less the empty fields (a zero selfLink,
+    a zero lastProbeTime) that JSON leaves out and so the encoder never writes."""
+    official = official_pod_bytes()
+    decoded = protodecode.decode_object(official, "v1", "Pod")
+    assert trim_pod(decoded) == OFFICIAL_POD_TRIMMED
+    assert len(decoded["spec"]["containers"]) == 2
+    _, _, raw = kproto.unwrap(official)
+    again = podproto.pod_message(decoded)
+    lost = _paths(raw, podproto.POD) - _paths(again, podproto.POD)
+    assert lost and lost <= _empty_fields(raw, podproto.POD)
+    assert protodecode.decode_object(kproto.wrap("Pod", again), "v1", "Pod") == decoded
