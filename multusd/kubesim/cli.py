@@ -48,7 +48,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--incluster-dir", type=Path)
     serve.add_argument("--token", default=_DEFAULTS.token)
     serve.add_argument("--bookmark-interval", type=float, default=_DEFAULTS.bookmark_interval)
-    serve.add_argument("--history", type=int, default=_DEFAULTS.history_limit)
+    serve.add_argument(
+        "--history",
+        type=int,
+        default=_DEFAULTS.history_limit,
+        metavar="N",
+        help="changes kept per resource for watches to resume across (the watch cache)",
+    )
 
     def remote(name: str, text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)

@@ -10,9 +10,9 @@ Bodies and answers are JSON in the shapes ``Faults.to_dict`` and ``Stats.to_dict
     POST /kubesim/faults/hide|unhide         {"namespace", "name", "resource"?}
     POST /kubesim/watches/drop               {"mode": "eof"|"reset"} closes open watches
     POST /kubesim/watches/expire             {"count": n} next n watches get 410
-    POST /kubesim/compact                    forget history (older versions get 410)
+    POST /kubesim/compact                    empty every watch cache window (older versions: 410)
     GET/DELETE /kubesim/stats                counters and request log (?log=N) / reset
-    GET /kubesim/store                       object counts, resourceVersion, history size
+    GET /kubesim/store                       object counts, resourceVersion, watch cache sizes
     POST /kubesim/seed                       YAML or JSON manifests, created or replaced
 """
 

@@ -84,7 +84,10 @@ def expired(message: str) -> ApiError:
 
 
 def too_old(requested: int, oldest: int) -> ApiError:
-    """The watch-cache text for a resourceVersion that history no longer covers."""
+    """The watch cache's 410 for a resourceVersion its window no longer covers; ``oldest`` is
+    the oldest version still resumable (``getAllEventsSinceLocked`` in
+    ``apiserver/pkg/storage/cacher/watch_cache.go``: ``errors.NewResourceExpired(fmt.Sprintf(
+    "too old resource version: %d (%d)", resourceVersion, oldest-1))``)."""
     return expired(f"too old resource version: {requested} ({oldest})")
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from multusd.kubesim.faults import Faults
 from multusd.kubesim.resources import Registry
 from multusd.kubesim.stats import Stats
-from multusd.kubesim.store import Store
+from multusd.kubesim.store import WATCH_CACHE_CAPACITY, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +20,9 @@ class Settings:
     bookmark_interval: float = 60.0
     # A watch without timeoutSeconds ends after a random time in [t, 2t] (--min-request-timeout).
     min_request_timeout: float = 1800.0
-    # Writes remembered for watch resumption; older versions get 410 Expired.
-    history_limit: int = 10_000
+    # Changes kept per resource for watches to resume across (the watch cache's window; see
+    # store.WATCH_CACHE_CAPACITY for upstream's sizes); older versions get 410 Expired.
+    history_limit: int = WATCH_CACHE_CAPACITY
     # Events queued for one slow watcher before it is closed.
     watcher_capacity: int = 100_000
     # Requests kept in the request log.

@@ -1,13 +1,16 @@
-"""Object storage with one cluster-wide resourceVersion and a bounded watch history.
+"""Object storage with one cluster-wide resourceVersion and a bounded watch cache per resource.
 
 Objects are kept *encoded*: each entry holds the JSON bytes a GET returns plus the few things
 lists and watches filter on (labels, selectable fields). A list of 50,000 pods is then one join of
 stored bytes, and memory is about the size of the JSON rather than three times it as dicts.
 Writers decode, change and re-encode one object; that is the cheap side.
 
-Every write takes the next resourceVersion and appends a change to the history. The history is
-a bounded window (etcd compaction in miniature): a watch may resume from any version inside it,
-and older versions get 410 Expired, which is what makes clients relist.
+Every write takes the next resourceVersion and appends a change to its resource's watch cache,
+which keeps the last ``history_limit`` changes of that resource, as the apiserver's watch cache
+(``apiserver/pkg/storage/cacher/watch_cache.go``) keeps a window per resource type: a watch may
+resume from any version the window still covers, and an older one gets 410 Expired, which is
+what makes clients relist. ``compact`` empties every window at once, as a relist of the cache
+(or an etcd compaction, for continue tokens) would.
 
 All methods are synchronous and run on the event loop thread, so a write, its history entry and
 its delivery to every open watcher happen atomically with respect to other requests.
@@ -62,6 +65,19 @@ class Entry:
     @property
     def key(self) -> ObjKey:
         return (self.namespace, self.name)
+
+
+WATCH_CACHE_CAPACITY = 1_000
+"""Changes kept per resource for watches to resume across.
+
+kube-apiserver sizes its watch cache dynamically (``watch_cache.go``): it starts at
+``defaultLowerBoundCapacity`` = 100 events per resource type, doubles while the oldest event it
+would drop is younger than ``eventFreshDuration`` (75 s), up to ``defaultUpperBoundCapacity`` =
+100 * 1024, and halves again when even its newest quarter is older than that. The emulator
+keeps a fixed window instead: tests and benchmarks write in bursts, where the real cache would
+have grown, and 1,000 is enough for a reflector to resume across any one burst of ours while a
+test that wants a natural 410 only has to outrun it (or set ``Settings.history_limit`` lower).
+"""
 
 
 @dataclass(slots=True, frozen=True)
@@ -169,11 +185,45 @@ class _Table:
         self.sorted_keys: list[ObjKey] | None = None
 
 
+class _WatchCache:
+    """The last changes of one resource type, oldest first (the watch cache's event window)."""
+
+    __slots__ = ("changes", "evicted", "floor")
+
+    def __init__(self, capacity: int, floor: int) -> None:
+        self.changes: deque[Change] = deque(maxlen=capacity)
+        self.evicted = False  # whether a change fell out since the window was last reset
+        self.floor = floor  # the version the window was (re)started at
+
+    def append(self, change: Change) -> None:
+        if len(self.changes) == self.changes.maxlen:
+            self.evicted = True
+        self.changes.append(change)
+
+    def oldest_resumable(self) -> int:
+        """The oldest version a watch can resume from. As ``getAllEventsSinceLocked``: until a
+        change falls out, every version since the window started; then the oldest kept
+        change's version minus one (the "oldest - 1" in upstream's 410 message)."""
+        if self.evicted:
+            return self.changes[0].rv - 1
+        return self.floor
+
+    def reset(self, rv: int) -> None:
+        self.changes.clear()
+        self.evicted = False
+        self.floor = rv
+
+
 @dataclass(frozen=True, slots=True)
 class StoreStatistics:
     resource_version: int
-    oldest_resumable: int
-    history: int
+    # Per resource ("pods", "network-attachment-definitions.k8s.cni.cncf.io", ...): the oldest
+    # version a watch can still resume from, and the number of changes kept for that.
+    oldest_resumable: dict[str, int]
+    history_by_resource: dict[str, int]
+    history: int  # changes kept, all resources (at most history_limit each)
+    history_limit: int
+    compacted: int
     watchers: int
     objects: dict[str, int]
 
@@ -181,10 +231,14 @@ class StoreStatistics:
 class Store:
     """The emulator's database."""
 
-    def __init__(self, *, history_limit: int = 10_000, watcher_capacity: int = 100_000) -> None:
+    def __init__(
+        self, *, history_limit: int = WATCH_CACHE_CAPACITY, watcher_capacity: int = 100_000
+    ) -> None:
+        if history_limit < 1:
+            raise ValueError(f"history_limit must be at least 1, not {history_limit}")
         self._rv = 0
         self._tables: dict[ResourceType, _Table] = {}
-        self._history: deque[Change] = deque()
+        self._caches: dict[ResourceType, _WatchCache] = {}
         self._history_limit = history_limit
         self._compacted = 0
         self._watchers: set[Watcher] = set()
@@ -198,8 +252,18 @@ class Store:
 
     @property
     def compacted(self) -> int:
-        """Versions at or above this are resumable; below it a watch gets 410."""
+        """The version of the last ``compact``: list continue tokens from before it get 410."""
         return self._compacted
+
+    def oldest_resumable(self, rt: ResourceType) -> int:
+        """The oldest version a watch on ``rt`` can resume from; older ones get 410."""
+        cache = self._caches.get(rt)
+        return cache.oldest_resumable() if cache else self._compacted
+
+    def history_size(self, rt: ResourceType | None = None) -> int:
+        """Changes kept for ``rt`` (for every resource when None): bounded by history_limit."""
+        caches = self._caches.values() if rt is None else [self._caches.get(rt)]
+        return sum(len(c.changes) for c in caches if c is not None)
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Entry | None:
         table = self._tables.get(rt)
@@ -247,8 +311,15 @@ class Store:
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(
             resource_version=self._rv,
-            oldest_resumable=self._compacted,
-            history=len(self._history),
+            oldest_resumable={
+                rt.group_resource: c.oldest_resumable() for rt, c in self._caches.items()
+            },
+            history_by_resource={
+                rt.group_resource: len(c.changes) for rt, c in self._caches.items()
+            },
+            history=self.history_size(),
+            history_limit=self._history_limit,
+            compacted=self._compacted,
             watchers=len(self._watchers),
             objects={rt.group_resource: len(t.entries) for rt, t in self._tables.items()},
         )
@@ -320,16 +391,19 @@ class Store:
         return entry
 
     def _record(self, change: Change) -> None:
-        self._history.append(change)
-        while len(self._history) > self._history_limit:
-            self._compacted = self._history.popleft().rv
+        cache = self._caches.get(change.rt)
+        if cache is None:
+            cache = self._caches[change.rt] = _WatchCache(self._history_limit, self._compacted)
+        cache.append(change)
         for watcher in self._watchers:
             if watcher.rt is change.rt:
                 watcher.offer(change)
 
     def compact(self) -> int:
-        """Forget all history, as an etcd compaction at the current version does."""
-        self._history.clear()
+        """Forget all history, as an etcd compaction at the current version does: every watch
+        window restarts here, and older continue tokens expire."""
+        for cache in self._caches.values():
+            cache.reset(self._rv)
         self._compacted = self._rv
         return self._rv
 
@@ -346,7 +420,8 @@ class Store:
         since: int | None,
     ) -> Watcher:
         """Open a watcher. ``since=None`` starts with the current state as ADDED events; a
-        version replays the retained changes after it, or raises 410 when it is too old."""
+        version replays the retained changes after it, or raises 410 when it is older than the
+        resource's window (``oldest_resumable``), worded as upstream's watch cache words it."""
         watcher = Watcher(rt, namespace, labels, fields, visible, self._watcher_capacity)
         if since is None:
             for entry in self.iter_entries(
@@ -354,14 +429,16 @@ class Store:
             ):
                 watcher.queue.append(Delivery(ADDED, entry.rv, entry.raw))
         else:
-            if since < self._compacted:
-                raise too_old(since, self._compacted + 1)
+            oldest = self.oldest_resumable(rt)
+            if since < oldest:
+                raise too_old(since, oldest)
             if since > self._rv:
                 raise too_large(since, self._rv)
-            replay = list(itertools.takewhile(lambda c: c.rv > since, reversed(self._history)))
+            cache = self._caches.get(rt)
+            kept = reversed(cache.changes) if cache else iter(())
+            replay = list(itertools.takewhile(lambda c: c.rv > since, kept))
             for change in reversed(replay):
-                if change.rt is rt:
-                    watcher.offer(change)
+                watcher.offer(change)
         if watcher.queue:
             watcher.wakeup.set()
         self._watchers.add(watcher)

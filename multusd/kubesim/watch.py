@@ -2,8 +2,9 @@
 over a chunked 200 response.
 
 Like the apiserver's watch cache: ``resourceVersion`` "" or "0" starts with the current state as
-ADDED events; a version inside the history window resumes after it; an older one gets an ERROR
-event carrying a 410 Expired Status (HTTP status stays 200, as with the real cacher). Bookmarks
+ADDED events; a version inside the resource's window of kept changes (``store``) resumes after
+it; an older one gets an ERROR event carrying a 410 Expired Status, "too old resource version:
+X (Y)" (HTTP status stays 200, as with the real cacher). Bookmarks
 go out every ``bookmark_interval`` to clients that asked, and once more just before the watch's
 ``timeoutSeconds`` ends it, so a client can always resume from where it stopped.
 
@@ -104,7 +105,8 @@ async def serve(
     resp = await _start(request, encoder)
     if state.faults.take_expire():
         requested = params.since if params.since is not None else state.store.resource_version
-        await _send_error(resp, encoder, too_old(requested, state.store.resource_version + 1))
+        # As if the watch cache had just restarted its window at the current version.
+        await _send_error(resp, encoder, too_old(requested, state.store.resource_version))
         return resp
     try:
         watcher = state.store.subscribe(

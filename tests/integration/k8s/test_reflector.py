@@ -346,6 +346,34 @@ async def test_compacted_history_410_in_stream(sim: KubeSim, client: KubeClient)
     assert reflector.statistics().relists_410 >= 1
 
 
+async def test_natural_410_once_the_watch_cache_moved_on(sim: KubeSim, client: KubeClient) -> None:
+    """No 410 switch: more pod changes than the server's watch cache keeps go by while the
+    watch is held back, so the reflector's resume version falls out of the window, the server
+    answers the ERROR 410 a real one would, and the reflector relists."""
+    pods = sim.state.registry.by_path("", "v1", "pods")
+    assert pods is not None
+    limit = sim.store.statistics().history_limit
+    store = Store()
+    reflector = pod_reflector(client, store)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        lists = reflector.statistics().lists
+        sim.faults.set_stall(True)
+        sim.create(pod("busy"))
+        for i in range(limit + 1):
+            sim.patch("pods", "default", "busy", {"metadata": {"annotations": {"n": str(i)}}})
+        assert sim.store.history_size(pods) == limit  # bounded, whatever the churn
+        sim.drop_watches("reset")  # still stalled: the queued changes are never sent
+        await wait_until(lambda: reflector.statistics().relists_410 >= 1)
+        sim.faults.set_stall(False)
+        await churn(sim, "after", count=10)
+        await converged(sim, store)
+    stats = reflector.statistics()
+    assert stats.relists_410 >= 1 and stats.lists > lists
+    assert sim.faults.expire_next_watches == 0 and sim.store.compacted == 0
+
+
 @pytest.mark.parametrize("code", [500, 429])
 async def test_errors_on_list_and_watch_back_off_and_recover(
     sim: KubeSim, client: KubeClient, code: int
