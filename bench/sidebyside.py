@@ -27,6 +27,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+import textwrap
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -490,7 +491,8 @@ def summarize(data: dict[str, Any], command: str, about: str) -> str:
         f" {load['before'][0]:.1f} before it, {load['before_bursts'][0]:.1f} after the"
         f" one-at-a-time part, {load['after'][0]:.1f} after the bursts (their own processes).",
     ]
-    return f"""{chr(10).join(setup)}
+    text = textwrap.fill(" ".join(setup), 100, break_long_words=False, break_on_hyphens=False)
+    return f"""{text}
 
 | figure | ours | theirs | ours / theirs |
 |---|---|---|---|
@@ -507,6 +509,15 @@ Failures:
 {chr(10).join(errors)}
 
 ![Side by side: one at a time in all four pairings, and at once](images/sidebyside.png)"""
+
+
+def _command(argv: Sequence[str]) -> str:
+    """The command line as one would type it (double quotes for prose with apostrophes)."""
+    words = ["python", "-m", "bench", "sidebyside", *argv]
+    return " ".join(
+        f'"{w}"' if shlex.quote(w) != w and not set(w) & set('"$`\\!') else shlex.quote(w)
+        for w in words
+    )
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -526,7 +537,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=20, help="rounds of one-at-a-time calls")
     parser.add_argument("--per-round", type=int, default=5, help="pods per pairing per round")
-    parser.add_argument("--bursts", type=int, default=1, help="runs of each at-once burst")
+    parser.add_argument("--bursts", type=int, default=3, help="runs of each at-once burst")
     parser.add_argument("--on-node", type=int, default=ON_NODE, help="pods on the node")
     parser.add_argument("--elsewhere", type=int, default=ELSEWHERE, help="pods on other nodes")
     parser.add_argument(
@@ -550,10 +561,9 @@ def main(argv: Sequence[str] = ()) -> dict[str, Any]:
         if max(WIDTHS) > args.on_node:
             raise SystemExit(f"--on-node must be at least {max(WIDTHS)} (the widest burst)")
         data = asyncio.run(run(args))
-        data["command"] = shlex.join(["python", "-m", "bench", "sidebyside", *argv])
-        data["about"] = args.about
+        data["argv"], data["about"] = list(argv), args.about
         save("sidebyside", data)  # before anything can fail on the way to the table
-    table = summarize(data, data["command"], data["about"])
+    table = summarize(data, _command(data["argv"]), data["about"])
     if args.no_publish:
         print(table)
     else:
