@@ -24,7 +24,7 @@ import pytest_asyncio
 
 from multusd.kubesim import KubeSim, Settings
 from tests.e2e.conftest import bridge_plugin, write_json
-from tests.e2e.cri.containerd import Containerd, check_installed
+from tests.e2e.cri.containerd import Containerd, check_installed, host_snapshot, host_writes
 from tests.e2e.cri.criapi import CriClient
 from tests.e2e.cri.image import build_image_tar
 from tests.e2e.cri.node import NODE, Node
@@ -46,7 +46,10 @@ def _install_cni_bin(bin_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def containerd() -> Iterator[Containerd]:
+    """The module's containerd; after it stopped, the host's ``/var/lib/cni`` and
+    ``/run/containerd`` (private in its mount namespace) must have received nothing."""
     check_installed()
+    host_before = host_snapshot()
     rig = Containerd(Path(tempfile.mkdtemp(prefix="mcri-", dir="/tmp")))
     try:
         _install_cni_bin(rig.bin_dir)
@@ -58,6 +61,8 @@ def containerd() -> Iterator[Containerd]:
     yield rig
     leftovers = rig.stop()
     assert not leftovers, f"the tests left these behind (removed now): {leftovers}"
+    written = host_writes(host_before, host_snapshot())
+    assert not written, f"containerd wrote on the host: {written}"
 
 
 @pytest_asyncio.fixture

@@ -9,11 +9,15 @@ twice per sandbox. Only a real containerd shows that all of that works with us.
 Everything containerd owns lives under one temp dir (``base``): its root and state, its
 sockets, the runc state (``Root`` of the runc options), the pod network namespaces
 (``netns_mounts_under_state_dir``), its ``/opt`` plugin dir, the CNI ``conf_dir`` and
-``bin_dir``. Three things are shared with the host and cannot be moved: the runc shims' sockets
-in ``/run/containerd/s`` (the shim hard-codes it), libcni's result cache in
-``/var/lib/cni/results`` (containerd gives go-cni no cache dir), and the cgroups runc creates.
-Each sandbox's entries there go away when the sandbox is removed; :meth:`Containerd.stop`
-removes what a failed test left behind.
+``bin_dir``. Two paths cannot be configured: the runc shims put their sockets in
+``/run/containerd/s``, and containerd gives go-cni no cache dir, so libcni writes
+``/var/lib/cni/results``. So containerd (and with it its shims and the CNI plugins it execs)
+runs in a mount namespace of its own (:mod:`tests.mountns`) in which those two are
+``base/run-containerd`` and ``base/var-lib-cni``; nothing is created on the host, and the
+namespace's mounts (rootfs, ``/dev/shm`` of sandboxes) die with its last process. The one
+exception is the pods' network namespaces: the daemon, on the host, opens them, so their
+directory is a shared mount whose mounts reach the host. The cgroups runc creates are the
+host's, and go with each container.
 """
 
 from __future__ import annotations
@@ -25,17 +29,20 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
+from tests import mountns
 from tests.e2e.cri import criapi
 from tests.e2e.cri.image import IMAGE
 
 NAMESPACE = "k8s.io"  # the CRI plugin's containerd namespace
-CNI_RESULTS = Path("/var/lib/cni/results")  # libcni's default cache: containerd's, not ours
-SHIM_SOCKETS = Path("/run/containerd/s")  # where the runc shim puts its sockets, always
+HOST_CNI_CACHE = Path("/var/lib/cni")  # libcni's default cache dir (results/ in it)
+HOST_RUN = Path("/run/containerd")  # the runc shim puts its sockets in s/ there, always
+HOST_PATHS = (HOST_CNI_CACHE, HOST_CNI_CACHE / "results", HOST_RUN, HOST_RUN / "s")
+"""The host paths containerd would write without its namespace: the rig checks them."""
 SETUP_HINT = "install containerd, runc and busybox-static: `bash .ci/setup --dev` (as root)"
 
 
@@ -55,8 +62,7 @@ class Containerd:
 
     base: Path
     proc: subprocess.Popen[bytes] | None = None
-    sandbox_ids: set[str] = field(default_factory=set)  # every sandbox a test started
-    made_run_dir: bool = False  # /run/containerd did not exist before us
+    mount_namespace: str = ""  # containerd's (``mnt:[inode]``), once it serves
 
     @property
     def socket(self) -> str:
@@ -85,6 +91,29 @@ class Containerd:
         return self.state / "runc"
 
     @property
+    def cni_cache(self) -> Path:
+        """What containerd sees as ``/var/lib/cni``: libcni's cache, ``results/`` in it."""
+        return self.base / "var-lib-cni"
+
+    @property
+    def cni_results(self) -> Path:
+        return self.cni_cache / "results"
+
+    @property
+    def run_dir(self) -> Path:
+        """What containerd and its shims see as ``/run/containerd`` (the shims' ``s/``)."""
+        return self.base / "run-containerd"
+
+    def namespace(self) -> mountns.MountNamespace:
+        """containerd's mount namespace: the two private paths, the pods' network namespaces
+        shared with the host (the daemon opens them by the path containerd hands the shim)."""
+        return mountns.MountNamespace(
+            stage=self.base / "mountns",
+            private={HOST_CNI_CACHE: self.cni_cache, HOST_RUN: self.run_dir},
+            shared=[self.netns_dir],
+        )
+
+    @property
     def log_path(self) -> Path:
         return self.base / "containerd.log"
 
@@ -99,7 +128,8 @@ class Containerd:
         ``restrict_oom_score_adj``: the tests' root may lack CAP_SYS_RESOURCE, and the sandbox
         would otherwise ask for a lower OOM score than containerd's own.
         ``netns_mounts_under_state_dir`` and the runc ``Root`` keep the pods' namespaces and
-        runc's state under ``base`` instead of ``/var/run/netns`` and ``/run/containerd/runc``.
+        runc's state under ``base`` instead of ``/var/run/netns`` and ``/run/containerd/runc``
+        (the latter would be private anyway, but runc is also run from the host at teardown).
         ``native`` snapshots need no overlay support under the temp dir. What containerd does
         with this config is in docs/development.md ("Tests with a real container runtime").
         """
@@ -151,24 +181,33 @@ disabled_plugins = [
     # start-up
 
     def start(self, timeout: float = 60) -> None:
-        """Start containerd and wait until its CRI service answers ``Version``."""
-        for directory in (self.conf_dir, self.bin_dir, self.state):
+        """Start containerd in its mount namespace and wait until its CRI service answers
+        ``Version``."""
+        mine = (self.conf_dir, self.bin_dir, self.netns_dir, self.cni_cache, self.run_dir)
+        for directory in mine:
             directory.mkdir(parents=True, exist_ok=True)
-        self.made_run_dir = not SHIM_SOCKETS.parent.exists()
+        mountns.make_shared_mount(self.netns_dir)
         config = self.base / "config.toml"
         config.write_text(self.config_toml())
+        argv = ["containerd", "--config", str(config), "--log-level", "debug"]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                ["containerd", "--config", str(config), "--log-level", "debug"],
+                self.namespace().argv(argv),  # unshare and sh exec: the pid is containerd's
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,  # a ^C of the test run must not reach it first
             )
         deadline = time.monotonic() + timeout
+        host_namespace = mountns.namespace_of(os.getpid())
         while True:
             if self.proc.poll() is not None:
                 raise AssertionError(f"containerd exited {self.proc.returncode}:\n{self.log()}")
+            if not self.mount_namespace:  # known as soon as unshare made it: stop() needs it
+                with contextlib.suppress(OSError):
+                    namespace = mountns.namespace_of(self.proc.pid)
+                    if namespace != host_namespace:
+                        self.mount_namespace = namespace
             try:
                 reply = criapi.call_sync(self.socket, "Version", criapi.version_request(), 5)
             except grpc.RpcError as exc:
@@ -181,6 +220,7 @@ disabled_plugins = [
                 continue
             version = criapi.decode_version(reply)
             assert version.runtime_name == "containerd", version
+            assert self.mount_namespace == mountns.namespace_of(self.proc.pid) != host_namespace
             return
 
     def import_image(self, tar: Path, timeout: float = 60) -> None:
@@ -206,9 +246,10 @@ disabled_plugins = [
     # teardown
 
     def stop(self) -> list[str]:
-        """Remove every sandbox, stop containerd, kill its shims, undo its mounts, delete
-        ``base``. Returns what had to be cleaned up by force (empty when the tests cleaned
-        up after themselves)."""
+        """Remove every sandbox, stop containerd, kill its shims and anything else left in its
+        mount namespace (the namespace and its mounts die with the last of them), undo the
+        host's mounts under ``base``, delete ``base``. Returns what had to be cleaned up by
+        force (empty when the tests cleaned up after themselves)."""
         leftovers: list[str] = []
         if self.proc is not None and self.proc.poll() is None:
             leftovers += self._remove_sandboxes()
@@ -220,13 +261,9 @@ disabled_plugins = [
                 self.proc.wait(timeout=20)
         leftovers += self._kill_shims()
         leftovers += self._delete_runc_containers()
+        leftovers += self._empty_namespace()
         leftovers += self._unmount_all()
-        leftovers += self._remove_cni_results()
         shutil.rmtree(self.base, ignore_errors=True)
-        if self.made_run_dir:  # only empty directories: a host containerd may have come since
-            for directory in (SHIM_SOCKETS, SHIM_SOCKETS.parent):
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
         return leftovers
 
     def _remove_sandboxes(self) -> list[str]:
@@ -237,7 +274,6 @@ disabled_plugins = [
             return [f"ListPodSandbox failed: {criapi.rpc_error(exc)}"]
         for sandbox in sandboxes:
             found.append(f"sandbox {sandbox.id} ({sandbox.metadata.name})")
-            self.sandbox_ids.add(sandbox.id)
             for method in ("StopPodSandbox", "RemovePodSandbox"):
                 with contextlib.suppress(grpc.RpcError):
                     criapi.call_sync(self.socket, method, criapi.id_request(sandbox.id))
@@ -269,26 +305,59 @@ disabled_plugins = [
             )  # fmt: skip
         return found
 
+    def _empty_namespace(self, timeout: float = 10) -> list[str]:
+        """SIGKILL whatever still runs in containerd's mount namespace (nothing should: the
+        shims are gone), and wait until nothing does, so no process keeps its mounts alive."""
+        if not self.mount_namespace:
+            return []
+        found: list[str] = []
+        for pid in mountns.processes_in(self.mount_namespace):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                found.append(f"process {pid} in containerd's mount namespace")
+        deadline = time.monotonic() + timeout
+        while alive := mountns.processes_in(self.mount_namespace):
+            if time.monotonic() > deadline:
+                return [*found, f"still in containerd's mount namespace: {alive}"]
+            time.sleep(0.05)
+        return found
+
     def _unmount_all(self) -> list[str]:
-        """Detach every mount under ``base`` (rootfs binds, /dev/shm, network namespaces),
-        deepest first, so removing the directory cannot fail on or descend into one."""
+        """Detach every host mount under ``base``, deepest first, so removing the directory
+        cannot fail on or descend into one. The only one expected is the shared mount of the
+        network namespaces' directory (the rig's own): a namespace left in it is a leftover.
+        Everything else containerd mounted (rootfs binds, /dev/shm) was in its namespace."""
         found: list[str] = []
         for mount_point in sorted(_mounts_under(self.base), key=len, reverse=True):
-            found.append(f"mount {mount_point}")
+            if mount_point != str(self.netns_dir):
+                found.append(f"mount {mount_point}")
             subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
         return found
 
-    def _remove_cni_results(self) -> list[str]:
-        """libcni cache entries (``<network>-<sandbox id>-<ifname>``) of our sandboxes."""
-        if not self.sandbox_ids or not CNI_RESULTS.is_dir():
-            return []
-        found: list[str] = []
-        for entry in CNI_RESULTS.iterdir():
-            if any(f"-{sandbox_id}-" in entry.name for sandbox_id in self.sandbox_ids):
-                found.append(f"cni result {entry}")
-                with contextlib.suppress(FileNotFoundError):
-                    entry.unlink()
-        return found
+
+def host_snapshot() -> dict[Path, frozenset[str] | None]:
+    """The entries of each of :data:`HOST_PATHS` (``None``: missing)."""
+    snapshot: dict[Path, frozenset[str] | None] = {}
+    for path in HOST_PATHS:
+        try:
+            snapshot[path] = frozenset(os.listdir(path))
+        except FileNotFoundError:
+            snapshot[path] = None
+    return snapshot
+
+
+def host_writes(
+    before: dict[Path, frozenset[str] | None], after: dict[Path, frozenset[str] | None]
+) -> list[str]:
+    """What appeared in :data:`HOST_PATHS` between two snapshots: a directory that was missing
+    and exists now, or new entries (a missing directory counts as an empty one)."""
+    found: list[str] = []
+    for path in HOST_PATHS:
+        was, now = before[path], after[path]
+        if was is None and now is not None:
+            found.append(f"{path} was created")
+        found += [f"{path / name} appeared" for name in sorted((now or set()) - (was or set()))]
+    return found
 
 
 def _pids_with_args(flag: str, value: str) -> list[int]:

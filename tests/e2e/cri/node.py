@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from multusd.kubesim import KubeSim
-from tests.e2e.cri.containerd import CNI_RESULTS, Containerd
+from tests.e2e.cri.containerd import Containerd
 from tests.e2e.cri.criapi import CriClient, SandboxConfig
 from tests.e2e.harness import Daemon
 
@@ -138,7 +138,6 @@ class Node:
         config = SandboxConfig(name, uid, namespace, annotations=annotations)
         sandbox_id = await self.cri.run(config)
         self.running.add(sandbox_id)
-        self.rig.sandbox_ids.add(sandbox_id)
         return sandbox_id
 
     async def stop_pod(self, sandbox_id: str) -> None:
@@ -208,20 +207,20 @@ class Node:
         """containerd's (libcni's) record of the ADD it made for the sandbox: ``config`` (here
         the one plugin of the list libcni made of ``00-multus.conf``: what the shim got on
         stdin, before libcni added runtime keys), ``cniArgs`` (pairs, in no fixed order),
-        ``result``; ``None`` once a DEL succeeded."""
+        ``result``; ``None`` once a DEL succeeded. containerd's ``/var/lib/cni/results`` is
+        :attr:`Containerd.cni_results` (private to it)."""
+        path = self.rig.cni_results / f"{MULTUS_NETWORK}-{sandbox_id}-eth0"
         try:
-            entry = json.loads((CNI_RESULTS / f"{MULTUS_NETWORK}-{sandbox_id}-eth0").read_text())
+            entry = json.loads(path.read_text())
         except FileNotFoundError:
             return None
         [entry["config"]] = json.loads(base64.b64decode(entry["config"]))["plugins"]
         return dict(entry)
 
     def runtime_cache_files(self) -> list[str]:
-        """containerd's cache entries (``<network>-<id>-<ifname>``) of any sandbox we ran."""
-        if not CNI_RESULTS.is_dir():
-            return []
-        ids = self.rig.sandbox_ids
-        return sorted(p.name for p in CNI_RESULTS.iterdir() if any(f"-{i}-" in p.name for i in ids))
+        """containerd's cache entries (``<network>-<id>-<ifname>``): every one is the rig's."""
+        directory = self.rig.cni_results
+        return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
 
     def daemon_requests(self, command: str, container_id: str) -> list[str]:
         """The daemon's one log line per answered request of ``command`` for the container."""
