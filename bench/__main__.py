@@ -12,6 +12,7 @@ from bench import (
     concurrency,
     host_shim,
     informer,
+    interop,
     kube_requests,
     kubesim_scale,
     memory,
@@ -38,6 +39,7 @@ BENCHMARKS: dict[str, Callable[[], Any]] = {
 }
 WITH_OPTIONS: dict[str, Callable[[Sequence[str]], Any]] = {
     "sidebyside": sidebyside.main,  # needs the other side's binaries: never in the default run
+    "interop": interop.main,  # the drop-in check against a daemon and shim given by path
 }
 
 

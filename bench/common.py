@@ -171,15 +171,16 @@ def report(name: str, markdown: str, data: dict[str, Any], *, section: str | Non
     print(markdown)
 
 
-def publish(section: str, markdown: str) -> None:
-    """Replace the text between ``<!-- bench:NAME -->`` markers in docs/performance.md."""
+def publish(section: str, markdown: str, doc: Path = PERFORMANCE_MD) -> None:
+    """Replace the text between ``<!-- bench:NAME -->`` markers in ``doc`` (by default
+    docs/performance.md; the interop check publishes into docs/compatibility.md)."""
     start, end = f"<!-- bench:{section} -->", f"<!-- /bench:{section} -->"
-    text = PERFORMANCE_MD.read_text()
+    text = doc.read_text()
     if start not in text:
         text += f"\n{start}\n{end}\n"
     head, rest = text.split(start, 1)
     _old, tail = rest.split(end, 1)
-    PERFORMANCE_MD.write_text(f"{head}{start}\n{markdown.strip()}\n{end}{tail}")
+    doc.write_text(f"{head}{start}\n{markdown.strip()}\n{end}{tail}")
 
 
 IMAGES = REPO / "docs" / "images"
