@@ -1,8 +1,11 @@
-"""Is the daemon there? ``/readyz`` polling before ADD/CHECK/GC/STATUS, one ``/healthz`` for DEL.
+"""Is the daemon there? ``/readyz`` polling before ADD/CHECK/GC, one probe for STATUS and DEL.
 
 ADD waits (a daemon that is starting up should delay pod creation, not fail it) but DEL does
 not wait on readiness: a draining daemon answers ``/readyz`` with 500 after SIGTERM yet must
-still tear pods down, so DEL only asks ``/healthz`` once.
+still tear pods down, so DEL only asks ``/healthz`` once. STATUS does not wait either: it *is*
+the runtime's readiness question, polled every few seconds, so it asks ``/readyz`` once and
+answers "not available" (code 50) at once rather than block the runtime's status loop for up
+to a minute (upstream waits 60 s, then answers 999; docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import time
 
 from cni_shim import transport, wire
-from cni_shim.errors import INTERNAL, CNIError
+from cni_shim.errors import INTERNAL, NOT_AVAILABLE, CNIError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,6 +99,30 @@ def check_now(socket_path: str) -> None:
         raise CNIError(
             INTERNAL, f"CheckAPIReadyNow: Daemon not reachable over socketfile: {exc}"
         ) from exc
+
+
+def ready_now(socket_path: str) -> None:
+    """One ``/readyz`` probe (``/healthz`` after a 404, as :func:`wait_until_ready`); raise a
+    code-50 error (CNI "plugin not available") unless the daemon answers ready.
+
+    Every way of not being ready is code 50 (no socket, refused, a probe that times out after
+    :data:`PROBE_TIMEOUT`, a 500 from a daemon starting or draining): runtimes act on 50
+    (containerd marks the node's network not ready) and ask again on their next poll.
+    """
+    path = READYZ
+    while True:
+        try:
+            probe(socket_path, path, timeout=PROBE_TIMEOUT)
+        except transport.TransportError as exc:
+            raise CNIError(NOT_AVAILABLE, f"daemon not reachable: {exc}") from exc
+        except CNIError as exc:
+            if path == READYZ and isinstance(exc, wire.RequestFailed) and exc.status == 404:
+                path = HEALTHZ  # an older daemon without /readyz
+                continue
+            raise CNIError(
+                NOT_AVAILABLE, f"daemon not ready: {path} on {socket_path}: {exc}"
+            ) from exc
+        return
 
 
 def timeout_from_env(environ: Mapping[str, str]) -> float:

@@ -1,9 +1,11 @@
 """multus-shim's command handlers: forward the CNI call to the daemon, print what it answers.
 
-Upstream behaviour (``pkg/server/api/shim.go``) with one deliberate difference: a CNI error
+Upstream behaviour (``pkg/server/api/shim.go``) with deliberate differences: a CNI error
 object sent by the daemon keeps its code (only ``msg`` gets the ``CmdAdd (shim): `` prefix),
-where upstream flattens every failure to 999. A 200 answer without a result is an error here;
-upstream dereferences nil and crashes.
+where upstream flattens every failure to 999; STATUS probes the daemon once and answers code 50
+("plugin not available") when it is not there or not ready, where upstream waits 60 s and
+answers 999. A 200 answer without a result is an error here; upstream dereferences nil and
+crashes.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from __future__ import annotations
 import posixpath
 
 from cni_shim import gojson, gojsonerr, readiness, skel, transport, wire
-from cni_shim.errors import INTERNAL, CNIError
+from cni_shim.errors import INTERNAL, NOT_AVAILABLE, CNIError
 from cni_shim.log import Logger
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any, BinaryIO, TextIO
 
 DEFAULT_SOCKET_DIR = "/run/multus/"
@@ -92,20 +94,26 @@ class _Shim:
             self.log.set_level(conf.log_level)
         return conf
 
+    def _wait(self, sock: str) -> None:
+        readiness.wait_until_ready(sock, timeout=readiness.timeout_from_env(self.environ))
+
     def _post(
-        self, args: skel.CmdArgs, *, wait: bool, printed: bool = False
+        self,
+        args: skel.CmdArgs,
+        *,
+        ready: Callable[[str], None],
+        printed: bool = False,
+        unreachable: int = INTERNAL,
     ) -> tuple[dict[str, Any] | str | None, str]:
-        """Readiness, then ``POST /cni``; returns (result, the shim config's cniVersion).
+        """``ready(socket)``, then ``POST /cni``; returns (result, the shim config's cniVersion).
 
         With ``printed`` the daemon is asked for the print-ready text; the result is then that
-        ``str`` when the daemon obliged (ours does, upstream's does not).
+        ``str`` when the daemon obliged (ours does, upstream's does not). ``unreachable`` is the
+        code of a failed ``/cni`` exchange (the daemon went away after its probe).
         """
         conf = self._configure(args.stdin_data)
         sock = socket_path(conf.socket_dir)
-        if wait:
-            readiness.wait_until_ready(sock, timeout=readiness.timeout_from_env(self.environ))
-        else:
-            readiness.check_now(sock)
+        ready(sock)
         stdin_text = args.stdin_data.decode("utf-8", "replace")
         try:
             status, headers, body = transport.post(
@@ -115,7 +123,7 @@ class _Shim:
                 headers={wire.PRINT_REQUEST: "1"} if printed else None,
             )
         except transport.TransportError as exc:
-            raise CNIError(INTERNAL, f"{exc}: StdinData: {stdin_text}") from exc
+            raise CNIError(unreachable, f"{exc}: StdinData: {stdin_text}") from exc
         if status != 200:
             err = wire.decode_error_body(status, body)
             if isinstance(err, wire.RequestFailed):
@@ -133,7 +141,7 @@ class _Shim:
     def add(self, args: skel.CmdArgs) -> None:
         prefix = "CmdAdd (shim): "
         try:
-            result, cni_version = self._post(args, wait=True, printed=True)
+            result, cni_version = self._post(args, ready=self._wait, printed=True)
             if result is None:
                 raise CNIError(INTERNAL, "the daemon answered 200 without a result")
             text = result if isinstance(result, str) else _render(result, cni_version)
@@ -144,7 +152,7 @@ class _Shim:
 
     def _simple(self, args: skel.CmdArgs, prefix: str) -> None:
         try:
-            self._post(args, wait=True)
+            self._post(args, ready=self._wait)
         except CNIError as exc:
             raise self._fail(prefix, exc) from exc
 
@@ -155,12 +163,17 @@ class _Shim:
         self._simple(args, "CmdGC (shim): ")
 
     def status(self, args: skel.CmdArgs) -> None:
-        self._simple(args, "CmdStatus (shim): ")
+        """One readiness probe, no waiting: a daemon that is absent, starting or draining is
+        code 50 at once; once it answers, its own code stands (a delegate's STATUS error)."""
+        try:
+            self._post(args, ready=readiness.ready_now, unreachable=NOT_AVAILABLE)
+        except CNIError as exc:
+            raise self._fail("CmdStatus (shim): ", exc) from exc
 
     def delete(self, args: skel.CmdArgs) -> None:
         """DEL never fails once skel accepted it: errors are only logged (CNI spec)."""
         try:
-            self._post(args, wait=False)
+            self._post(args, ready=readiness.check_now)
         except CNIError as exc:
             self._fail("CmdDel (shim): ", exc)
 

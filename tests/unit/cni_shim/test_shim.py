@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -351,6 +352,96 @@ def test_check_gc_status(
     }
 
 
+def status_env(**extra: str) -> dict[str, str]:
+    """A runtime's STATUS: no pod context, and no test-only readiness override, so a shim that
+    still waited would wait its full minute (and then answer 999)."""
+    environ = env("STATUS", CNI_CONTAINERID="", CNI_IFNAME="", **extra)
+    del environ[readiness.TIMEOUT_ENV]
+    return environ
+
+
+def test_status_without_a_daemon_is_code_50_at_once(short_dir: str) -> None:
+    code, out, _ = run(status_env(), conf(short_dir, "1.1.0"))
+    assert code == 1
+    assert json.loads(out) == {
+        "code": 50,
+        "msg": "CmdStatus (shim): daemon not reachable: failed to send CNI request: "
+        f'Post "http://dummy/readyz": dial unix {short_dir}/multus.sock: connect: '
+        "no such file or directory",
+    }
+
+
+def test_status_of_a_daemon_not_ready_is_one_probe_and_code_50(fake_daemon: FakeDaemon) -> None:
+    """A daemon starting or draining answers /readyz 500: asked once, not polled."""
+    fake_daemon.routes["/readyz"] = lambda req: response(500, b'{"ready":false}', reason="X")
+    code, out, _ = run(status_env(), conf(fake_daemon, "1.1.0"))
+    assert code == 1
+    assert json.loads(out) == {
+        "code": 50,
+        "msg": f"CmdStatus (shim): daemon not ready: /readyz on {fake_daemon.socket_path}: "
+        "CNI request failed with status 500: '{\"ready\":false}'",
+    }
+    assert fake_daemon.paths() == ["/readyz"]
+
+
+def test_status_probe_of_a_daemon_that_never_answers_is_bounded(
+    short_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket that accepts connections nobody serves (a wedged daemon) costs one probe."""
+    monkeypatch.setattr(readiness, "PROBE_TIMEOUT", 0.2)
+    path = f"{short_dir}/multus.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(4)  # never accepted: connect succeeds, no answer ever comes
+        code, out, _ = run(status_env(), conf(short_dir, "1.1.0"))
+    assert code == 1
+    error = json.loads(out)
+    assert error["code"] == 50
+    assert error["msg"].startswith("CmdStatus (shim): daemon not reachable: failed to send CNI")
+
+
+def test_status_of_an_older_daemon_asks_its_healthz_once(fake_daemon: FakeDaemon) -> None:
+    del fake_daemon.routes["/readyz"]
+    fake_daemon.routes["/cni"] = lambda req: response(200)
+    assert run(status_env(), conf(fake_daemon, "1.1.0")) == (0, "", "")
+    assert fake_daemon.paths() == ["/readyz", "/healthz", "/cni"]
+
+    fake_daemon.requests.clear()
+    fake_daemon.routes["/healthz"] = lambda req: response(500, reason="X")
+    code, out, _ = run(status_env(), conf(fake_daemon, "1.1.0"))
+    assert (code, json.loads(out)["code"]) == (1, 50)
+    assert fake_daemon.paths() == ["/readyz", "/healthz"]
+
+
+def test_status_daemon_gone_after_its_probe_is_code_50(fake_daemon: FakeDaemon) -> None:
+    fake_daemon.routes["/cni"] = lambda req: None  # the connection closes without an answer
+    stdin = conf(fake_daemon, "1.1.0")
+    code, out, _ = run(status_env(), stdin)
+    assert code == 1
+    assert json.loads(out) == {
+        "code": 50,
+        "msg": 'CmdStatus (shim): failed to send CNI request: Post "http://dummy/cni": EOF: '
+        f"StdinData: {stdin.decode()}",
+    }
+
+
+def test_status_keeps_the_daemons_own_code(fake_daemon: FakeDaemon) -> None:
+    """Once the daemon answers, its code stands: a delegate's 51, or 999 for a text error."""
+    fake_daemon.routes["/cni"] = lambda req: response(
+        400, b'{"code":51,"msg":"limited","details":"no uplink"}', reason="Bad Request"
+    )
+    code, out, _ = run(status_env(), conf(fake_daemon, "1.1.0"))
+    assert code == 1
+    assert json.loads(out) == {
+        "code": 51,
+        "msg": "CmdStatus (shim): limited",
+        "details": "no uplink",
+    }
+    fake_daemon.routes["/cni"] = lambda req: text_error(500, "boom")
+    _, out, _ = run(status_env(), conf(fake_daemon, "1.1.0"))
+    assert json.loads(out)["code"] == 999
+
+
 # --- DEL -------------------------------------------------------------------------------------
 
 
@@ -525,6 +616,12 @@ def test_installed_add_no_daemon(installed: Path, short_dir: str) -> None:
         f'Post "http://dummy/readyz": dial unix {short_dir}/multus.sock: connect: '
         "no such file or directory",
     }
+
+
+def test_installed_status_no_daemon(installed: Path, short_dir: str) -> None:
+    proc = exec_shim(installed, status_env(), conf(short_dir, "1.1.0"))
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["code"] == 50
 
 
 def test_installed_source_fallback(
