@@ -2,6 +2,11 @@
 
 Everything is best effort: a missing cache, a gone pod or a failing delegate must not stop the
 remaining delegates from being deleted. Errors are reported joined, after all were tried.
+
+Nothing here waits: the pod is read from the watch cache once (no wait for it to appear, no
+live GET; a missing pod is normal on DEL), and with neither a delegate cache nor a pod the
+cluster network, which needs no pod, is still deleted so its address is released (upstream
+returns without deleting anything; docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -59,6 +64,32 @@ async def _rebuild(
         return delegates
 
 
+async def _cluster_only(cmd: CmdArgs, netconf: NetConf, services: Services) -> list[Delegate]:
+    """Neither a delegate cache nor a pod: the networks that need no pod, i.e. the cluster
+    network (or the config's inline delegates).
+
+    The pod's own networks (and a default-network override) are unknowable now; the cluster
+    network is not, and deleting it frees its IPAM. Should this container never have had it,
+    the DEL finds nothing to undo, which plugins answer with success (the spec's DEL is
+    idempotent). A failure to resolve it is only logged: upstream's DEL succeeds here.
+    """
+    kube = replace(services.networks, devices=None) if services.networks is not None else None
+    try:
+        delegates = await resolve_delegates(netconf, None, kube)
+    except CNIError as exc:
+        log.warning(
+            "Multus: failed to get the cached delegates file for %s, cannot properly delete: %s",
+            cmd.container_id,
+            exc,
+        )
+        return []
+    log.warning(
+        "Multus: no delegate cache and no pod for %s: deleting the cluster network only",
+        cmd.container_id,
+    )
+    return delegates
+
+
 async def delete(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
     k8s = k8s_args_of(cmd)
@@ -79,11 +110,7 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
     if delegates is None and pod is not None:
         delegates = await _rebuild(cmd, netconf, pod, services)
     if delegates is None:
-        log.warning(
-            "Multus: failed to get the cached delegates file for %s, cannot properly delete",
-            cmd.container_id,
-        )
-        return
+        delegates = await _cluster_only(cmd, netconf, services)
 
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")

@@ -3,19 +3,29 @@
 Upstream ignores the runtime's ``cni.dev/valid-attachments`` and treats every cached attachment
 as valid, so nothing stale is ever collected. We pass the runtime's list through when it sends
 one (see docs/compatibility.md) and fall back to upstream's scan of the result cache otherwise.
+
+With the runtime's list we also remove Multus' own delegate caches (``<cniDir>/<containerID>``)
+of every container not on it: upstream never does, and a node collects one file per sandbox
+whose DEL never came (#1488 reports 300k). Without a list nothing is known to be stale, so they
+stay. The runtime must not run GC beside an ADD of a container missing from its list (CNI
+spec); an ADD writes its cache before its delegates run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from cni_shim.errors import CNIError
 from multusd.cni.api import GCAttachment
 from multusd.cni.cache import gather_valid_attachments
+from multusd.commands import scratch
 from multusd.commands.context import CmdArgs, Services
 from multusd.networks.netconf import load_netconf
 from multusd.networks.resolve import cluster_network_list
+
+log = logging.getLogger(__name__)
 
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
 
@@ -36,10 +46,19 @@ def runtime_attachments(config: bytes) -> list[tuple[str, str]] | None:
     ]
 
 
+async def _collect_delegate_caches(cni_dir: str, valid: list[tuple[str, str]]) -> None:
+    collected = await scratch.collect(cni_dir, {container_id for container_id, _ in valid})
+    if collected.removed:
+        log.info("GC: removed %d stale delegate caches from %s", collected.removed, cni_dir)
+    for failure in collected.failed:
+        log.warning("GC: could not remove the stale delegate cache %s", failure)
+
+
 async def gc(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
     netlist = await cluster_network_list(netconf, services.networks)
     valid = runtime_attachments(cmd.config)
+    from_runtime = valid is not None
     if valid is None:
         try:
             valid = await gather_valid_attachments(netconf.cni_dir)
@@ -47,7 +66,17 @@ async def gc(cmd: CmdArgs, services: Services) -> None:
             raise exc.with_prefix("error in gather valid attachments: ") from exc
     cni = services.cni_for(netconf)
     attachments = [GCAttachment(container_id, ifname) for container_id, ifname in valid]
+    failed: CNIError | None = None
     try:
         await cni.gc_network_list(netlist, attachments)
     except CNIError as exc:
-        raise exc.with_prefix("error in GC command: ") from exc
+        failed = exc.with_prefix("error in GC command: ")
+    if from_runtime:  # whatever the network GC did: a stale container stays stale
+        try:
+            await _collect_delegate_caches(netconf.cni_dir, valid)
+        except CNIError as exc:
+            if failed is None:
+                raise
+            log.warning("GC: %s", exc)
+    if failed is not None:
+        raise failed

@@ -12,12 +12,14 @@ import asyncio
 import base64
 import binascii
 import json
-from dataclasses import replace
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from cni_shim import gojson
 from cni_shim.errors import IO_FAILURE, CNIError
+from cni_shim.skel import validate_container_id
 from multusd.fsutil import atomic_write, remove_if_exists
 from multusd.networks.delegates import Delegate, delegate_from_bytes
 
@@ -162,3 +164,65 @@ async def load(cni_dir: str, container_id: str) -> list[Delegate] | None:
 
 async def remove(cni_dir: str, container_id: str) -> None:
     await asyncio.to_thread(remove_if_exists, cache_path(cni_dir, container_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """What :func:`collect` did: files removed, and the ones that could not be (with why)."""
+
+    removed: int
+    failed: tuple[str, ...] = ()
+
+
+def _is_container_id(name: str) -> bool:
+    try:
+        validate_container_id(name)
+    except CNIError:
+        return False
+    return True
+
+
+def _collect_sync(cni_dir: str, keep: frozenset[str]) -> Collected:
+    try:
+        # The configured directory itself may be a symlink (every cache write follows it too);
+        # nothing *inside* it is ever followed: entries are judged by their own type and
+        # unlinked relative to this descriptor, so no path can lead out of the directory.
+        dir_fd = os.open(cni_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return Collected(0)
+    removed = 0
+    failed: list[str] = []
+    try:
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                name = entry.name
+                if name in keep or not _is_container_id(name):
+                    continue  # a live container, or not a cache file (temp files start with .)
+                if not entry.is_file(follow_symlinks=False):
+                    continue  # results/, other directories, symlinks, sockets...
+                try:
+                    os.unlink(name, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    continue  # a DEL got there first
+                except OSError as exc:
+                    failed.append(f"{name}: {exc.strerror}")
+                    continue
+                removed += 1
+    finally:
+        os.close(dir_fd)
+    return Collected(removed, tuple(failed))
+
+
+async def collect(cni_dir: str, keep: set[str] | frozenset[str]) -> Collected:
+    """Remove the delegate cache of every container not in ``keep`` (upstream #1488).
+
+    A cache file is a regular file directly in ``cni_dir`` named with a valid container ID;
+    the file is per container (whatever its interfaces), so ``keep`` holds container IDs. A
+    missing directory has nothing to collect; one that cannot be read is an I/O error.
+    """
+    try:
+        return await asyncio.to_thread(_collect_sync, cni_dir, frozenset(keep))
+    except OSError as exc:
+        raise CNIError(
+            IO_FAILURE, f"failed to collect the delegate caches in {cni_dir}: {exc}"
+        ) from exc
