@@ -5,14 +5,14 @@ every directory of its daemon config under one work dir.
 Upstream's daemon reads its Kubernetes credentials only from the fixed in-cluster files under
 ``/var/run/secrets/kubernetes.io/serviceaccount`` (and needs TLS), and that directory must not
 be created on a development host. So the daemon runs in a mount namespace of its own
-(``unshare --mount --propagation slave``): there a tmpfs covers ``/run``, every top-level
-entry of the host's ``/run`` is bound back into it, and the emulator's token and CA are bound
-onto ``/run/secrets/kubernetes.io/serviceaccount`` inside the tmpfs. Nothing is created
-outside the work dir, and the mounts vanish with the daemon (the namespace dies with its last
-process). ``slave`` rather than ``private`` propagation, because a pod's network namespace is
-bind-mounted under the host's ``/run/netns`` by ``ip netns add`` *after* the daemon started:
-with ``slave`` those mounts still reach the daemon's view, and nothing flows back. Our daemon
-runs the same way, so both sides pay the same TLS and in-cluster start-up.
+(``tests/mountns.py``, the one home of that technique, also used by the containerd rig): there
+the emulator's token and CA are mounted read-only at
+``/run/secrets/kubernetes.io/serviceaccount`` on a tmpfs that covers ``/run`` inside the
+namespace only, with the host's ``/run`` entries bound back. Nothing is created outside the
+work dir, and the mounts vanish with the daemon. Propagation is ``slave``, because a pod's
+network namespace is bind-mounted under the host's ``/run/netns`` by ``ip netns add`` *after*
+the daemon started: those mounts still reach the daemon's view, and nothing flows back. Our
+daemon runs the same way, so both sides pay the same TLS and in-cluster start-up.
 
 ``python -m bench.peer --daemon PATH --workdir DIR`` runs one such daemon by hand for interop
 checks (docs/development.md, "Running upstream's daemon beside ours").
@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from bench.common import PLUGIN_DIR, proc_mib
 from cni_shim import readiness
 from multusd.fsutil import atomic_write
 from multusd.kubesim import KubeSim, Settings
+from tests.mountns import MountNamespace
 
 RUN = Path("/run")
 SERVICEACCOUNT = RUN / "secrets" / "kubernetes.io" / "serviceaccount"
@@ -45,9 +45,6 @@ SERVICEACCOUNT = RUN / "secrets" / "kubernetes.io" / "serviceaccount"
 NETNS_DIR = RUN / "netns"
 START_TIMEOUT = 60.0
 """Upstream's daemon serves only after its pod informer synced, for up to 20 s."""
-_NOT_BOUND = frozenset({"secrets", "mount"})
-"""Not bound back: ``secrets`` is replaced by ours, ``mount`` is libmount's per-namespace
-state (its ``utab``), which the namespace's own ``mount`` calls write into the tmpfs."""
 STOP_TIMEOUT = 15.0
 """SIGTERM, then SIGKILL after this long."""
 
@@ -75,36 +72,6 @@ def _propagation(path: Path) -> str:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     return done.stdout.strip()
-
-
-def namespace_script(workdir: Path, serviceaccount: Path, argv: list[str], run: Path = RUN) -> str:
-    """The shell run by ``unshare``: the mounts described above, then ``exec`` the daemon
-    (so its pid is the one ``unshare`` started, and signals reach it directly)."""
-    q = shlex.quote
-    orig = workdir / "ns" / "run.host"
-    orig.mkdir(parents=True, exist_ok=True)
-    lines = [
-        "set -eu",
-        f"mount -n --rbind {q(str(run))} {q(str(orig))}",
-        f"mount -n -t tmpfs -o mode=0755,size=16m multus-peer-run {q(str(run))}",
-    ]
-    for entry in sorted(os.scandir(run), key=lambda e: e.name):
-        if entry.name in _NOT_BOUND:
-            continue
-        src, dst = q(str(orig / entry.name)), q(str(run / entry.name))
-        if entry.is_symlink():
-            lines.append(f"ln -s {q(os.readlink(entry.path))} {dst}")
-        elif entry.is_dir():
-            lines += [f"mkdir {dst}", f"mount -n --rbind {src} {dst}"]
-        else:
-            lines += [f": > {dst}", f"mount -n --bind {src} {dst}"]
-    sa = q(str(run / SERVICEACCOUNT.relative_to(RUN)))
-    lines += [
-        f"mkdir -p {sa}",
-        f"mount -n --bind -o ro {q(str(serviceaccount))} {sa}",
-        "exec " + " ".join(q(a) for a in argv),
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def bridge_conflist(bridge: str, subnet: str, ipam_dir: Path) -> dict[str, Any]:
@@ -179,16 +146,21 @@ class PeerDaemon:
         serviceaccount = await self.sim.write_incluster(w / "serviceaccount")
         config_path = w / "daemon-config.json"
 
-        def prepare() -> str:
+        def prepare() -> list[str]:
             ensure_netns_dir()
             primary = json.dumps(self.network).encode()
             atomic_write(self.conf_dir / "10-primary.conflist", primary, mode=0o644)
             atomic_write(config_path, json.dumps(self.config, indent=2).encode(), mode=0o644)
+            (w / "ns").mkdir(parents=True, exist_ok=True)
+            namespace = MountNamespace(
+                stage=w / "ns",
+                private={SERVICEACCOUNT: serviceaccount},
+                read_only=frozenset({SERVICEACCOUNT}),
+            )
             # Go's flag package takes ``--config`` as well as ``-config``; so does ours.
-            argv = [str(self.binary), "--config", str(config_path)]
-            return namespace_script(w, serviceaccount, argv)
+            return namespace.argv([str(self.binary), "--config", str(config_path)])
 
-        script = await asyncio.to_thread(prepare)
+        argv = await asyncio.to_thread(prepare)
         env = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "MULTUS_NODE_NAME": self.node,
@@ -196,8 +168,7 @@ class PeerDaemon:
         }
         with self.log_path.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                "unshare", "--mount", "--propagation", "slave", "sh", "-c", script,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=w,
+                *argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=w,
                 start_new_session=True,
             )  # fmt: skip
         try:
