@@ -7,8 +7,9 @@ one (see docs/compatibility.md) and fall back to upstream's scan of the result c
 With the runtime's list we also remove Multus' own delegate caches (``<cniDir>/<containerID>``)
 of every container not on it: upstream never does, and a node collects one file per sandbox
 whose DEL never came (#1488 reports 300k). Without a list nothing is known to be stale, so they
-stay. The runtime must not run GC beside an ADD of a container missing from its list (CNI
-spec); an ADD writes its cache before its delegates run.
+stay. An ADD writes its cache before its delegates run, so this trusts the runtime not to leave
+off its list a container whose ADD is still running; if one did, that container's DEL finds no
+cache and falls back to its pod, or to the cluster network alone (commands/delete.py).
 """
 
 from __future__ import annotations
