@@ -10,6 +10,7 @@ from typing import Any
 
 from bench import (
     concurrency,
+    cri_interop,
     host_shim,
     informer,
     interop,
@@ -40,6 +41,7 @@ BENCHMARKS: dict[str, Callable[[], Any]] = {
 WITH_OPTIONS: dict[str, Callable[[Sequence[str]], Any]] = {
     "sidebyside": sidebyside.main,  # needs the other side's binaries: never in the default run
     "interop": interop.main,  # the drop-in check against a daemon and shim given by path
+    "cri_interop": cri_interop.main,  # the same pairings, through a real containerd
 }
 
 
