@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 
 from bench.common import PLUGIN_DIR, REPO, publish, save, short_id
-from bench.interop import PAIRINGS, SIDES, Pairing, World, _nads, summarize
+from bench.interop import PAIRINGS, SIDES, Pairing, World, create_nads, summarize
 from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
 from multusd.fsutil import atomic_write
 from multusd.kubesim import KubeSim
@@ -54,7 +54,7 @@ NAD_SUBNETS = {"iop-a": "10.247.1.0/24", "iop-b": "10.247.2.0/24"}
 SHIM = "multus-shim"
 MISSING = "iop-missing"
 _SANDBOX_ID = re.compile(r"\b[0-9a-f]{64}\b")
-_NAD_BRIDGES = ("mbia", "mbib")  # bench.interop._nads's bridges
+_NAD_BRIDGES = ("mbia", "mbib")  # bench.interop.create_nads's bridges
 
 
 @dataclass
@@ -299,7 +299,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await _start(rig)
             async with emulator(bookmark_interval=5.0) as sim, CriClient(rig.socket) as cri:
                 world = World(sim, w)
-                _nads(world)
+                create_nads(world)
                 shims = {
                     "ours": await asyncio.to_thread(install_shim, w / "shim-ours"),
                     "theirs": Path(args.shim),

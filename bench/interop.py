@@ -255,7 +255,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-def _nads(world: World) -> None:
+def create_nads(world: World) -> None:
     for name, bridge, subnet in (
         ("iop-a", "mbia", "10.247.1.0/24"),
         ("iop-b", "mbib", "10.247.2.0/24"),
@@ -290,7 +290,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             async with emulator(bookmark_interval=5.0) as sim:
                 world = World(sim, w)
-                _nads(world)
+                create_nads(world)
                 shims = {
                     "ours": await asyncio.to_thread(install_shim, w / "bin"),
                     "theirs": Path(args.shim),
