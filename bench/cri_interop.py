@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 
 from bench.common import PLUGIN_DIR, REPO, publish, save, short_id
-from bench.interop import PAIRINGS, SIDES, Pairing, World, create_nads, summarize
+from bench.interop import NAD_BRIDGES, PAIRINGS, SIDES, Pairing, World, create_nads, summarize
 from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
 from multusd.fsutil import atomic_write
 from multusd.kubesim import KubeSim
@@ -54,7 +54,6 @@ NAD_SUBNETS = {"iop-a": "10.247.1.0/24", "iop-b": "10.247.2.0/24"}
 SHIM = "multus-shim"
 MISSING = "iop-missing"
 _SANDBOX_ID = re.compile(r"\b[0-9a-f]{64}\b")
-_NAD_BRIDGES = ("mbia", "mbib")  # bench.interop.create_nads's bridges
 
 
 @dataclass
@@ -325,7 +324,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             if rig.proc is not None and rig.proc.poll() is None:
                 leftovers += await asyncio.to_thread(rig.stop)
-            for bridge in (*bridges.values(), *_NAD_BRIDGES):
+            for bridge in (*bridges.values(), *NAD_BRIDGES):
                 subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
     written = host_writes(host_before, await asyncio.to_thread(host_snapshot))
     if leftovers or written:

@@ -255,11 +255,14 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+NADS = (("iop-a", "mbia", "10.247.1.0/24"), ("iop-b", "mbib", "10.247.2.0/24"))
+"""The two bridge NADs the scenarios ask for: (name, bridge, subnet)."""
+NAD_BRIDGES = tuple(bridge for _, bridge, _ in NADS)
+
+
 def create_nads(world: World) -> None:
-    for name, bridge, subnet in (
-        ("iop-a", "mbia", "10.247.1.0/24"),
-        ("iop-b", "mbib", "10.247.2.0/24"),
-    ):
+    """:data:`NADS` in the emulator, their IPAM under the scenario's work dir."""
+    for name, bridge, subnet in NADS:
         config = {
             "cniVersion": "0.3.1",
             "name": name,
@@ -312,7 +315,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             pairing = Pairing(shim, daemon, shims[shim], peers[daemon])
                             row[pairing.label] = await scenario(world, pairing)
         finally:
-            for bridge in (*bridges.values(), "mbia", "mbib"):
+            for bridge in (*bridges.values(), *NAD_BRIDGES):
                 subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
     return {
         "daemons": {s: str(p) for s, p in binaries.items()},
