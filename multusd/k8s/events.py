@@ -3,8 +3,19 @@
 Upstream records an event per added interface through client-go's broadcaster, which queues
 them and posts in the background. A CNI ADD must not wait for an event, nor fail because of
 one: ``record`` only enqueues; one owned task posts them through the same token bucket as
-everything else, so events yield to nothing but also never starve pod reads. The queue is
-bounded; when full, new events are dropped and counted (an event is advisory).
+everything else, in its background class, so an event never takes a token a pod read or a
+network-status write is waiting for. The queue is bounded; when full, new events are dropped
+and counted (an event is advisory).
+
+Who owns the poster, and what ends it: the task is created by :meth:`EventRecorder.running`,
+a context manager the cluster (and so the supervisor) enters, which cancels and awaits it on
+exit. Any error while posting one event, an API error or anything else (a bug building the
+request, an object that does not serialize), is logged and counted as ``failed``, and the
+loop goes on with the next event. We chose that over "the daemon exits" on purpose: an event
+is advisory, so one bad event must neither silence every later one (the old behaviour: the
+task died unnoticed) nor restart the daemon, which would fail the ADDs in flight on the node.
+Should the task still end on its own, ``on_failure`` is told and the supervisor exits
+non-zero: no zombie recorder.
 """
 
 from __future__ import annotations
@@ -13,12 +24,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from multusd.k8s.client import KubeClient
 from multusd.k8s.errors import ApiError
+from multusd.k8s.ratelimit import Priority
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +83,7 @@ class EventRecorder:
         self._client = client
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(capacity)
         self.stats = EventStatistics()
+        self._unexpected: set[type[BaseException]] = set()
 
     def record(self, pod: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """Enqueue an event; never blocks, never raises."""
@@ -84,32 +97,67 @@ class EventRecorder:
     async def _post_forever(self) -> None:
         while True:
             event = await self._queue.get()
-            namespace = event["metadata"]["namespace"]
             try:
-                await self._client.post(f"/api/v1/namespaces/{namespace}/events", event)
-            except ApiError as exc:
-                self.stats.failed += 1
-                log.debug("event %s for %s not recorded: %s", event["reason"],
-                          event["involvedObject"]["name"], exc)  # fmt: skip
-            else:
-                self.stats.posted += 1
+                await self._post(event)
             finally:
                 self._queue.task_done()
+
+    async def _post(self, event: dict[str, Any]) -> None:
+        """Post one event; every failure is counted and logged, none leaves this method."""
+        try:
+            namespace = event["metadata"]["namespace"]
+            await self._client.post(
+                f"/api/v1/namespaces/{namespace}/events",
+                event,
+                priority=Priority.BACKGROUND,
+                retries=self._client.settings.max_retries,
+            )
+        except ApiError as exc:
+            self.stats.failed += 1
+            log.debug("event %s for %s not recorded: %s", event.get("reason"),
+                      event.get("involvedObject", {}).get("name"), exc)  # fmt: skip
+        except Exception as exc:
+            self.stats.failed += 1
+            # The traceback once per kind of error (it is a bug worth reporting), then one line.
+            first = type(exc) not in self._unexpected
+            self._unexpected.add(type(exc))
+            log.error("event %s for %s not recorded (unexpected error): %r", event.get("reason"),
+                      event.get("involvedObject", {}).get("name"), exc,
+                      exc_info=first)  # fmt: skip
+        else:
+            self.stats.posted += 1
 
     async def wait_idle(self) -> None:
         """Until every queued event was posted or given up on (tests, shutdown)."""
         await self._queue.join()
 
     @contextlib.asynccontextmanager
-    async def running(self, drain: float = 2.0) -> AsyncIterator[EventRecorder]:
-        """Post events while the context is open; on exit give the queue ``drain`` seconds."""
+    async def running(
+        self, drain: float = 2.0, on_failure: Callable[[str], None] | None = None
+    ) -> AsyncIterator[EventRecorder]:
+        """Post events while the context is open; on exit give the queue ``drain`` seconds.
+
+        ``on_failure`` is told if the poster ends while the context is still open (it should
+        not: see the module docstring).
+        """
         task = asyncio.create_task(self._post_forever(), name="event-recorder")
+
+        def ended(done: asyncio.Task[None]) -> None:
+            if done.cancelled():
+                return
+            reason = f"{done.get_name()} stopped: {done.exception()!r}"
+            log.error("%s", reason)
+            if on_failure is not None:
+                on_failure(reason)
+
+        task.add_done_callback(ended)
         try:
             yield self
         finally:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(drain):
                     await self.wait_idle()
+            task.remove_done_callback(ended)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 

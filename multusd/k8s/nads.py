@@ -35,7 +35,11 @@ class NadLookup:
         if cached is not None:
             return cached
         try:
-            found = await self.client.get(nad_path(namespace, name), timeout=self.get_timeout)
+            found = await self.client.get(
+                nad_path(namespace, name),
+                timeout=self.get_timeout,
+                retries=self.client.settings.max_retries,
+            )
         except NotFound:
             return None
         return trim_nad(found)

@@ -34,7 +34,10 @@ class PodLookupSettings:
     direct_get: bool = False
     """Benchmark-only: GET every pod, never the cache (the seed's lookups, for A/B runs)."""
     status_attempts: int = 5
-    """Tries for the network-status write (upstream: 5, on conflicts only)."""
+    """Tries for the network-status write (upstream: 5, on conflicts only). Each try is one
+    client call that itself retries a 429 / 5xx with Retry-After as client-go does (up to
+    ``ClientSettings.max_retries``, 10, sleeping Retry-After), so a throttling server is tried
+    at least as persistently as upstream's daemon tries it."""
     status_backoff: float = 0.05
     """First retry delay of the status write; doubled each try, with jitter."""
 
@@ -104,7 +107,9 @@ class PodLookup:
     ) -> dict[str, Any] | None:
         try:
             return await self.client.get(
-                pod_path(namespace, name), timeout=self.settings.live_get_timeout
+                pod_path(namespace, name),
+                timeout=self.settings.live_get_timeout,
+                retries=self.client.settings.max_retries,
             )
         except NotFound:
             log.warning("pod %s/%s not found", namespace, name)
@@ -119,14 +124,18 @@ class PodLookup:
         """One merge PATCH of the annotation on ``pods/status``; ``False`` if the pod is gone.
 
         Upstream reads the pod and PUTs it back (two requests, and a conflict loop); a merge
-        patch of one annotation needs neither. Transient failures are retried with backoff.
+        patch of one annotation needs neither. Throttling (429, or a 5xx with Retry-After) is
+        retried inside the client as client-go does; conflicts and the other transient
+        failures here, with backoff (Retry-After, when given, as the wait). This is the one
+        write an ADD depends on: giving up fails the ADD and makes the runtime tear down and
+        re-create the whole sandbox, so it is worth the persistence.
         """
         body = {"metadata": {"annotations": {NETWORK_STATUS: value}}}
         path = pod_path(namespace, name) + "/status"
         delay = self.settings.status_backoff
         for attempt in range(1, self.settings.status_attempts + 1):
             try:
-                await self.client.patch(path, body)
+                await self.client.patch(path, body, retries=self.client.settings.max_retries)
             except NotFound:
                 log.warning("pod %s/%s was deleted before its network status was written",
                             namespace, name)  # fmt: skip
