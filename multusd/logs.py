@@ -6,7 +6,12 @@ configured one; the default, panic, writes almost nothing).
 
 Writing happens in a listener thread, never on the event loop: a stderr pipe whose reader (the
 container runtime's log shipper) stalls, or a slow disk under the log file, must not stall CNI
-requests. Records are queued; ``shutdown()`` drains the queue and stops the thread.
+requests. Records are queued, and the queue is bounded (``LOG_QUEUE_CAPACITY`` records): when
+the writer cannot keep up, new records are dropped and counted, never waited for (blocking
+would stall the event loop on the very pipe that stalled), and the next record that fits is
+preceded by one line ``dropped N log lines``. ``shutdown()`` writes out what is queued and
+stops the thread, but waits for a writer stuck on its output for ``STOP_TIMEOUT`` seconds only:
+the daemon's exit must stay bounded.
 
 The log file rotates as upstream's lumberjack does (reference §8.3): by size, in the writer
 thread; pruning and gzip run in a second "mill" thread so a 100 MB compression does not hold up
@@ -31,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 
 if TYPE_CHECKING:
     from multusd.config.daemon import LogOptions
@@ -341,27 +346,131 @@ def _gzip(path: Path) -> None:
     path.unlink()
 
 
+_Records = queue.Queue[logging.LogRecord | None]  # None: the writer's stop sentinel
+
+LOG_QUEUE_CAPACITY = 2048
+"""Records waiting for the writer at most. A prepared record costs about 1 KiB, so a stalled
+output holds about 2 MiB, not the daemon's whole memory limit (50 Mi upstream)."""
+
+STOP_TIMEOUT = 2.0
+"""How long ``shutdown()`` waits for the writer to write out the queue and stop."""
+
+
+class _DroppingQueueHandler(logging.handlers.QueueHandler):
+    """Queue records for the writer without ever blocking: a full queue drops and counts."""
+
+    def __init__(self, records: _Records) -> None:
+        super().__init__(records)
+        self._records = records
+        self._lock = threading.Lock()
+        self._dropped = 0
+        self.dropped_total = 0
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        if self._dropped and not self._records.full():
+            self._report_drops()
+        try:
+            self._records.put_nowait(record)
+        except queue.Full:
+            with self._lock:
+                self._dropped += 1
+                self.dropped_total += 1
+
+    def _report_drops(self, *, wait: float | None = None) -> None:
+        """Queue the ``dropped N log lines`` summary (put back the count if it does not fit)."""
+        with self._lock:
+            count, self._dropped = self._dropped, 0
+        if not count:
+            return
+        summary = logging.LogRecord(
+            "multusd.logs", logging.ERROR, __file__, 0,
+            f"dropped {count} log lines: the log output did not keep up", None, None,
+        )  # fmt: skip
+        try:
+            if wait is None:
+                self._records.put_nowait(summary)
+            else:
+                self._records.put(summary, timeout=wait)
+        except queue.Full:
+            with self._lock:
+                self._dropped += count
+
+
+class _Listener(logging.handlers.QueueListener):
+    """The writer thread, with a bounded stop: a writer stuck on its output is abandoned (it
+    is a daemon thread) after ``STOP_TIMEOUT``, and drains without waiting once unstuck."""
+
+    def __init__(self, records: _Records, *outputs: logging.Handler) -> None:
+        super().__init__(records, *outputs)
+        self._records = records
+        self._abandoned = False
+        self.stopped_cleanly = True
+
+    def start(self) -> None:
+        super().start()
+        if self._thread is not None:
+            self._thread.name = "multusd-log-writer"
+
+    def dequeue(self, block: bool) -> logging.LogRecord:
+        # The stop sentinel (None) passes through as is: the base class tests ``is None``.
+        if self._abandoned:
+            return cast("logging.LogRecord", self._records.get_nowait())  # Empty ends the loop
+        return cast("logging.LogRecord", self._records.get(block))
+
+    def stop_within(self, timeout: float) -> bool:
+        """Write out the queue and stop, for up to ``timeout`` s; ``True`` if the thread ended."""
+        thread = self._thread
+        if thread is None:
+            return True
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(queue.Full):
+            self._records.put(None, timeout=timeout)  # QueueListener's stop sentinel
+        thread.join(max(0.0, deadline - time.monotonic()))
+        self._thread = None
+        if thread.is_alive():
+            self._abandoned = True
+            self.stopped_cleanly = False
+            return False
+        return True
+
+
 class _Writer:
     """The one listener thread that writes log records (replaced on reconfiguration)."""
 
-    listener: logging.handlers.QueueListener | None = None
+    listener: _Listener | None = None
+    handler: _DroppingQueueHandler | None = None
 
 
 _writer = _Writer()
 
 
-def shutdown() -> None:
-    """Write out every queued record, stop the writer thread, close the outputs (idempotent)."""
+def shutdown(timeout: float | None = None) -> None:
+    """Write out every queued record, stop the writer thread, close the outputs (idempotent).
+
+    Bounded by ``timeout`` (``STOP_TIMEOUT``): a writer stuck on its output is left behind,
+    and its outputs are not closed under it.
+    """
+    limit = STOP_TIMEOUT if timeout is None else timeout
     listener, _writer.listener = _writer.listener, None
-    if listener is not None:
-        listener.stop()
-        for handler in listener.handlers:
-            handler.close()
+    handler, _writer.handler = _writer.handler, None
+    if listener is None:
+        return
+    deadline = time.monotonic() + limit
+    if handler is not None:
+        handler._report_drops(wait=limit)  # the last summary, before the writer stops
+    if listener.stop_within(max(0.0, deadline - time.monotonic())):
+        for output in listener.handlers:
+            output.close()
 
 
 def output_handlers() -> tuple[logging.Handler, ...]:
     """Where records end up (the listener's handlers); for tests and diagnostics."""
     return tuple(_writer.listener.handlers) if _writer.listener is not None else ()
+
+
+def dropped_lines() -> int:
+    """Log records dropped so far because the output did not keep up (for diagnostics)."""
+    return _writer.handler.dropped_total if _writer.handler is not None else 0
 
 
 def configure(
@@ -399,11 +508,12 @@ def configure(
         return
     for handler in outputs:
         handler.setFormatter(formatter)
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    queue_handler = logging.handlers.QueueHandler(records)
+    records: _Records = queue.Queue(LOG_QUEUE_CAPACITY)
+    queue_handler = _DroppingQueueHandler(records)
     queue_handler.addFilter(_RequestIdFilter())
     logger.addHandler(queue_handler)
-    _writer.listener = logging.handlers.QueueListener(records, *outputs)
+    _writer.handler = queue_handler
+    _writer.listener = _Listener(records, *outputs)
     _writer.listener.start()
 
 
