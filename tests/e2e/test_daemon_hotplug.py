@@ -54,7 +54,7 @@ async def test_hotplug_add_check_del(
     status, raw = await daemon.request("POST", "/delegate", _body("ADD", name, config, mac=MAC))
     assert status == 200, raw
     result = json.loads(raw)["Result"]
-    assert result["cniVersion"] == "1.1.0"
+    assert result["cniVersion"] == "1.0.0"  # what every client's libcni decodes (wire.py)
     assert any(i.get("mac") == MAC for i in result["interfaces"])
     links = json.loads(await ip("-n", name, "-j", "link", "show", "net1"))
     assert links[0]["address"] == MAC

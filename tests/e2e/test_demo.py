@@ -151,10 +151,12 @@ def installed() -> Iterator[Path]:
         _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO))
         (wheel,) = dist.glob("multusd-*.whl")
         _run("/usr/bin/python3", "-m", "venv", str(venv))
-        (site,) = venv.glob("lib/python3*/site-packages")
-        (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         _run(str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
              str(wheel))  # fmt: skip
+        # Only now: with the test venv on its path, pip would see the test venv's multusd (tox
+        # installs it as a wheel too) as "already satisfied" and install nothing.
+        (site,) = venv.glob("lib/python3*/site-packages")
+        (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         yield venv
     finally:
         shutil.rmtree(root, ignore_errors=True)
