@@ -5,8 +5,26 @@ It is the only code that decides the process's fate. Start-up resources are ente
 the socket it bound; a background task that dies ends the daemon with a non-zero exit instead
 of leaving a process that answers probes but no longer works.
 
-Order, as upstream: bind the socket (so a second daemon is refused at once), connect to the
-API server and fill the pod and NAD caches (bounded wait), then serve.
+Order, as upstream: wait for the readiness indicator and the primary CNI config, bind the
+socket (so a second daemon is refused at once), connect to the API server and fill the pod and
+NAD caches (bounded wait), then serve.
+
+Every stage is bounded and every stage honours SIGTERM/SIGINT:
+
+* **Start-up** runs inside one cancel scope (``_Startup``): a signal during any wait (the
+  readiness indicator's 45 s, the primary config's 120 s, the caches' 20 s) ends that wait at
+  once; what was created so far is unwound and the exit code is 0 (a requested stop).
+  Upstream installs its signal handler only after start-up, so a SIGTERM there kills it
+  without any clean-up.
+* **Shutdown**, in phases: ``/readyz`` answers 500 at once; in-flight requests get
+  ``drain_timeout`` (10 s, upstream's) to finish; then each is given ``cancel_timeout`` more
+  and cancelled (which kills its plugins), with ``cancel_timeout`` for the cancellation to land;
+  the socket is removed; the caches, the event recorder (2 s to post what is queued) and the
+  client close. That is at most about 16 s, well inside the manifests'
+  ``terminationGracePeriodSeconds`` (30 s).
+* **The exit deadline** is the last resort: once shutdown has begun (or ``run`` returns), the
+  process ends within ``exit_deadline`` (25 s) whatever is stuck, e.g. a worker thread blocked
+  in a read of a hung filesystem, which asyncio's executor shutdown would wait for forever.
 """
 
 from __future__ import annotations
@@ -18,12 +36,15 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from multusd import logs
 from multusd.cni.invoke import SubprocessExecutor
 from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
@@ -55,6 +76,76 @@ log = logging.getLogger(__name__)
 class ShutdownSettings:
     drain_timeout: float = 10.0
     """Upstream waits 10 s after SIGTERM before cancelling; we stop earlier once idle."""
+    cancel_timeout: float = 2.0
+    """After the drain, a request still running gets this long again, is cancelled (its
+    plugins killed and reaped), and gets this long for that (aiohttp's two waits)."""
+    exit_deadline: float = 25.0
+    """From the start of shutdown to the end of the process, whatever is stuck; below the
+    manifests' ``terminationGracePeriodSeconds`` (30 s), after which the kubelet kills."""
+
+
+class ExitDeadline:
+    """The last resort of a bounded shutdown: once armed, the process ends ``seconds`` later.
+
+    A daemon thread sleeps and then ``os._exit``s with ``code`` (what ``run`` decided, 1 until
+    it has). Nothing in the daemon should need it; it is there for what no code can cancel: a
+    worker thread stuck in a system call (a hung NFS or FUSE mount under a config file), which
+    asyncio's executor shutdown waits for without a limit. It is never disarmed: ``run`` is
+    the process's whole life, and once shutdown has begun the process must end.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.code = 1
+        self._armed = False
+
+    def arm(self) -> None:
+        if self._armed:
+            return
+        self._armed = True
+        threading.Thread(target=self._expire, name="exit-deadline", daemon=True).start()
+
+    def _expire(self) -> None:
+        time.sleep(self.seconds)
+        log.error(
+            "still running %gs after shutdown began (a thread stuck in a system call?): "
+            "exiting now with code %d",
+            self.seconds,
+            self.code,
+        )
+        logs.shutdown(timeout=0.5)
+        os._exit(self.code)
+
+
+class _Startup:
+    """Start-up's cancel scope: a signal ends whichever start-up wait is running, at once.
+
+    The scope is an ``asyncio.timeout(None)`` that the signal handler reschedules to "now":
+    the wait in progress is cancelled, the scope turns that into ``TimeoutError`` at its edge
+    (``cancelled`` tells it from any other), and the exit stack unwinds what was built.
+    """
+
+    def __init__(self) -> None:
+        self.phase = "starting"
+        self.cancelled = False
+        self._scope: asyncio.Timeout | None = None
+
+    @contextlib.asynccontextmanager
+    async def scope(self) -> AsyncIterator[None]:
+        async with asyncio.timeout(None) as scope:
+            self._scope = scope
+            try:
+                yield
+            finally:
+                self._scope = None
+
+    def cancel(self) -> bool:
+        """End start-up now; ``False`` once start-up is over (nothing to cancel)."""
+        if self._scope is None or self._scope.expired():
+            return False
+        self.cancelled = True
+        self._scope.reschedule(asyncio.get_running_loop().time())
+        return True
 
 
 def use_pidfd_child_watcher(loop: asyncio.AbstractEventLoop) -> None:
@@ -136,22 +227,51 @@ async def cluster_or_none(
     if not node:
         log.error("MULTUS_NODE_NAME is not set: caching every pod of the cluster")
     async with running_cluster(cluster_config, settings, node_name=node, on_failure=failed) as c:
-        if await c.wait_synced(config.cache_sync_timeout):
-            state.ready_reason = "caches synced"
-        else:
-            state.ready_reason = (
-                f"caches not synced after {config.cache_sync_timeout:g}s: serving anyway"
+        log.info(
+            "waiting for the caches (%s) for up to %gs",
+            ", ".join(r.name for r in c.reflectors),
+            config.cache_sync_timeout,
+        )
+        if not await c.wait_synced(config.cache_sync_timeout):
+            log.error(
+                "failed to sync pod/NAD caches: not synced after %gs: serving anyway",
+                config.cache_sync_timeout,
             )
-            log.error("failed to sync pod/NAD caches: %s", state.ready_reason)
-        yield c
+
+        def refresh() -> None:
+            state.ready_reason = ready_reason(c, config.cache_sync_timeout)
+
+        refresh()
+        c.client.contacts.on_change = refresh  # flips only: a watch lost or back, an outage
+        try:
+            yield c
+        finally:
+            c.client.contacts.on_change = None
+
+
+def ready_reason(cluster: Cluster, sync_timeout: float) -> str:
+    """What ``/readyz`` says of the caches: ``caches synced``, or why not, then one phrase per
+    cache that is failing against the API server now (its status code stays 200: a pod in the
+    cache can still be served, and the shim must not refuse it)."""
+    health = cluster.health()
+    if health.synced:
+        base = "caches synced"
+    else:
+        base = f"caches not synced after {sync_timeout:g}s: serving anyway"
+    return "; ".join([base, *health.problems()])
 
 
 @contextlib.asynccontextmanager
 async def serving(
     sock: BoundSocket, config: DaemonConfig, raw: dict[str, Any], state: DaemonState,
-    *, cluster: Cluster | None, metrics: Recorder,
+    *, cluster: Cluster | None, metrics: Recorder, cancel_timeout: float,
 ) -> AsyncIterator[web.AppRunner]:  # fmt: skip
-    """Serve ``/cni`` on the bound socket until the context exits."""
+    """Serve ``/cni`` on the bound socket until the context exits.
+
+    On exit, a request still running gets ``cancel_timeout`` to finish, is then cancelled and
+    gets ``cancel_timeout`` for its cancellation (aiohttp's ``shutdown_timeout``; its default,
+    60 s for each, is what made a hung plugin hold SIGTERM for up to two minutes).
+    """
     pods = events = networks = None
     if cluster is not None:
         pods = PodLookup(
@@ -189,13 +309,17 @@ async def serving(
         readiness_check=_readiness_stat(config),
     )
     app = build_app(handlers, max_request_bytes=config.max_request_bytes, metrics=metrics)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=cancel_timeout
+    )
     await runner.setup()
     try:
         await web.SockSite(runner, sock.sock).start()
         log.info("listening on %s (%s)", config.socket_path, state.ready_reason)
         yield runner
     finally:
+        if state.in_flight:
+            log.error("shutdown: cancelling %d request(s)", state.in_flight)
         await runner.cleanup()
 
 
@@ -262,23 +386,32 @@ async def run(
     settings: ShutdownSettings | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT (exit 0), the readiness indicator's removal (exit 2), or a
-    fatal background failure (exit 1). Start-up failures raise ``StartupError``."""
+    """Serve until SIGTERM/SIGINT (exit 0, also during start-up), the readiness indicator's
+    removal (exit 2), or a fatal background failure (exit 1). Start-up failures raise
+    ``StartupError``. Once this returns or shutdown begins, the process ends within
+    ``settings.exit_deadline`` (see ``ExitDeadline``): call it only as the process's main."""
     settings = settings or ShutdownSettings()
     environ = os.environ if environ is None else environ
     loop = asyncio.get_running_loop()
     log.info("event loop: %s.%s", type(loop).__module__, type(loop).__qualname__)
     use_pidfd_child_watcher(loop)
     stop = asyncio.Event()
+    startup = _Startup()
+    deadline = ExitDeadline(settings.exit_deadline)
     signals_seen = 0
 
     def on_signal(signum: int) -> None:
         nonlocal signals_seen
+        name = signal.Signals(signum).name
         signals_seen += 1
         if signals_seen > 1:
-            log.error("second signal %s: exiting now", signal.Signals(signum).name)
+            log.error("second signal %s: exiting now", name)
             os._exit(1)
-        log.info("received %s: shutting down", signal.Signals(signum).name)
+        deadline.arm()
+        if startup.cancel():
+            log.info("received %s while %s: stopping", name, startup.phase)
+        else:
+            log.info("received %s: shutting down", name)
         stop.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -303,30 +436,51 @@ async def run(
 
     try:
         async with contextlib.AsyncExitStack() as stack:
-            readiness = ReadinessSettings()
-            if config.readiness_indicator_file:
-                await wait_for_file(config.readiness_indicator_file, readiness)
             manager: ConfigManager | None = None
-            if config.is_auto:
-                manager = await stack.enter_async_context(ConfigManager(config, raw))
-                await manager.wait_for_primary()
-            else:
-                await install_static_config(config)
-            sock = stack.enter_context(bound(config))
-            cluster = await stack.enter_async_context(cluster_or_none(config, environ, state, stop))
-            metrics = await stack.enter_async_context(metrics_site(config, state, cluster))
-            if not stop.is_set():
-                await stack.enter_async_context(
-                    serving(sock, config, raw, state, cluster=cluster, metrics=metrics)
-                )
-                # The shim-facing config appears only once the daemon answers (upstream).
-                if manager is not None:
-                    await manager.write_config()
-                    _own(tasks, manager.watch(), "config-watch", task_done)
-                if config.readiness_indicator_file and not config.benchmark_readiness_stat:
-                    watch = watch_until_removed(config.readiness_indicator_file, readiness)
-                    _own(tasks, watch, "readiness-watch", task_done)
-                await stop.wait()
+            try:
+                async with startup.scope():
+                    readiness = ReadinessSettings()
+                    if config.readiness_indicator_file:
+                        startup.phase = "waiting for the readiness indicator"
+                        log.info(
+                            "waiting for the readiness indicator %s (up to %gs)",
+                            config.readiness_indicator_file,
+                            readiness.startup_timeout,
+                        )
+                        await wait_for_file(config.readiness_indicator_file, readiness)
+                    if config.is_auto:
+                        startup.phase = "waiting for the primary CNI config"
+                        manager = await stack.enter_async_context(ConfigManager(config, raw))
+                        await manager.wait_for_primary()
+                    else:
+                        await install_static_config(config)
+                    startup.phase = "binding the socket"
+                    sock = stack.enter_context(bound(config))
+                    startup.phase = "waiting for the caches"
+                    cluster = await stack.enter_async_context(
+                        cluster_or_none(config, environ, state, stop)
+                    )
+                    startup.phase = "starting the server"
+                    metrics = await stack.enter_async_context(metrics_site(config, state, cluster))
+                    if not stop.is_set():
+                        await stack.enter_async_context(
+                            serving(
+                                sock, config, raw, state, cluster=cluster, metrics=metrics,
+                                cancel_timeout=settings.cancel_timeout,
+                            )
+                        )  # fmt: skip
+                        # The shim-facing config appears only once the daemon answers (upstream).
+                        if manager is not None:
+                            await manager.write_config()
+                            _own(tasks, manager.watch(), "config-watch", task_done)
+                        if config.readiness_indicator_file and not config.benchmark_readiness_stat:
+                            watch = watch_until_removed(config.readiness_indicator_file, readiness)
+                            _own(tasks, watch, "readiness-watch", task_done)
+            except TimeoutError:
+                if not startup.cancelled:
+                    raise
+            await stop.wait()
+            deadline.arm()
             # Phase 1: new ADDs wait for a replacement daemon (the shim polls /readyz) while
             # DELs, which only check /healthz, are still served during the drain.
             state.shutting_down = True
@@ -335,12 +489,17 @@ async def run(
                 await manager.remove_config()  # new pods must wait for the primary network
             else:
                 await _wait_idle(state, settings.drain_timeout)
+            # Phase 3 (leaving the stack): requests still running are cancelled, the server
+            # stops, the socket is removed, the caches and the client close.
     finally:
+        deadline.arm()
         await _cancel_all(tasks, task_done)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
     if state.failure:
         log.error("daemon stopped: %s", state.failure)
-        return 1
-    log.info("shutdown complete")
+        exit_code = 1
+    else:
+        log.info("shutdown complete")
+    deadline.code = exit_code
     return exit_code

@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 
 DirId = tuple[int, int]
 
+_WANTED = "a *.conf or *.conflist file not named 00-multus*"
+"""What the start-up scan looks for (``generate.is_candidate``), in words for the errors."""
+
 
 @dataclass(frozen=True, slots=True)
 class ManagerSettings:
@@ -184,7 +187,20 @@ class ConfigManager:
         log.info("primary CNI config: %s", self.primary_path)
 
     async def _find_primary(self) -> str:
+        """The primary's file name: upstream's budget of listings, 1 s apart, then exit 2.
+
+        The wait ends early only for a SIGTERM (the supervisor cancels it) or when there is
+        nothing to wait for: with ``multusAutoconfigDir`` unset, upstream's listing of "" fails
+        at once (exit 2, "open : no such file or directory"), and so do we, naming the key.
+        """
         settings = self._settings
+        if not self._dir:
+            raise StartupError(
+                "failed to find the cluster master CNI plugin: multusAutoconfigDir is not set "
+                "(and multusMasterCNI neither): there is no directory to look for the primary "
+                f"CNI config ({_WANTED}) in",
+                EXIT_READINESS_LOST,
+            )
         for attempt in range(settings.find_attempts):
             if attempt:
                 await asyncio.sleep(settings.find_interval)
@@ -204,7 +220,8 @@ class ConfigManager:
                 log.info("waiting for a primary CNI config in %s", self._dir)
         raise StartupError(
             "failed to find the cluster master CNI plugin: "
-            f"could not find a plugin configuration in {self._dir}",
+            f"could not find a plugin configuration in {self._dir} (looked "
+            f"{settings.find_attempts} times, {settings.find_interval:g}s apart, for {_WANTED})",
             EXIT_READINESS_LOST,
         )
 

@@ -153,9 +153,23 @@ async def test_gives_up_after_the_budget_with_exit_2(confdir: Path) -> None:
     assert info.value.exit_code == EXIT_READINESS_LOST
     assert str(info.value) == (
         "failed to find the cluster master CNI plugin: "
-        f"could not find a plugin configuration in {confdir}"
+        f"could not find a plugin configuration in {confdir} (looked 3 times, 0.01s apart, "
+        "for a *.conf or *.conflist file not named 00-multus*)"
     )
     assert (confdir / "00-multus.conf").read_text() == "{}"  # never written: not removed
+
+
+async def test_an_unset_autoconfig_dir_is_exit_2_at_once(confdir: Path) -> None:
+    """Upstream lists "" and fails at once; waiting 120 s for "" to fill would be pointless."""
+    config, raw = daemon_config(confdir)
+    raw["multusAutoconfigDir"] = ""
+    settings = ManagerSettings(find_attempts=1000, find_interval=1.0)
+    async with ConfigManager(config, raw, settings=settings) as manager:
+        with pytest.raises(StartupError) as info:
+            await asyncio.wait_for(manager.wait_for_primary(), 30)
+    assert info.value.exit_code == EXIT_READINESS_LOST
+    assert "multusAutoconfigDir is not set" in str(info.value)
+    assert "*.conf or *.conflist" in str(info.value)
 
 
 async def test_version_mismatch_is_exit_2_with_upstream_text(confdir: Path) -> None:
