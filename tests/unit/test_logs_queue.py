@@ -57,12 +57,16 @@ def test_a_stalled_reader_never_blocks_the_logger_and_drops_are_counted(
     emitter.join(60)
     assert not emitter.is_alive(), "logging blocked on a stalled reader"
 
+    (writer,) = [t for t in threading.enumerate() if t.name == "multusd-log-writer"]
     received = bytearray()
     stop = threading.Event()
     reader = threading.Thread(target=_drain, args=(read_fd, stop, received), daemon=True)
     reader.start()
     logs.shutdown()  # writes out the queue, then the last "dropped" line
-    stop.set()
+    writer.join(60)  # (on a loaded machine the writer may outlive shutdown's 2 s, abandoned)
+    assert not writer.is_alive()
+    stream.close()  # the reader sees the end of the pipe once it has read everything
+    reader.join(60)
     text = received.decode()
     lines = text.splitlines()
     written = [line for line in lines if " line " in line]
