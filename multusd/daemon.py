@@ -469,16 +469,21 @@ async def run(
                                 cancel_timeout=settings.cancel_timeout,
                             )
                         )  # fmt: skip
-                        # The shim-facing config appears only once the daemon answers (upstream).
-                        if manager is not None:
-                            await manager.write_config()
-                            _own(tasks, manager.watch(), "config-watch", task_done)
-                        if config.readiness_indicator_file and not config.benchmark_readiness_stat:
-                            watch = watch_until_removed(config.readiness_indicator_file, readiness)
-                            _own(tasks, watch, "readiness-watch", task_done)
+                serving_now = not stop.is_set()
             except TimeoutError:
                 if not startup.cancelled:
                     raise
+                serving_now = False
+            # Outside the cancel scope: a signal from here on is an ordinary shutdown, so a
+            # config write in progress completes and is then removed like any other.
+            if serving_now:
+                # The shim-facing config appears only once the daemon answers (upstream).
+                if manager is not None:
+                    await manager.write_config()
+                    _own(tasks, manager.watch(), "config-watch", task_done)
+                if config.readiness_indicator_file and not config.benchmark_readiness_stat:
+                    watch = watch_until_removed(config.readiness_indicator_file, readiness)
+                    _own(tasks, watch, "readiness-watch", task_done)
             await stop.wait()
             deadline.arm()
             # Phase 1: new ADDs wait for a replacement daemon (the shim polls /readyz) while
