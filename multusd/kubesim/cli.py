@@ -4,12 +4,15 @@
 
     serve --port N [--host H] [--tls] --kubeconfig-out PATH [--seed FILE ...]
           [--incluster-dir DIR] [--token T] [--bookmark-interval S] [--history N]
+          [--no-watch-list] [--watch-cache-ignores-limit]
     faults   --kubeconfig PATH [get | clear | set JSON | update JSON]
     error    --kubeconfig PATH --code 500 [--verb V] [--resource R] [--rate P] [--count N]
     latency  --kubeconfig PATH --seconds S [--verb V] [--resource R]
     hide | unhide --kubeconfig PATH NAMESPACE NAME [--resource pods]
     drop-watches --kubeconfig PATH [--mode eof|reset]
     expire-watches --kubeconfig PATH [--count N]
+    snapshot --kubeconfig PATH
+    restore  --kubeconfig PATH [--new-uids]
     stats    --kubeconfig PATH [--reset] [--log N]
     seed     --kubeconfig PATH FILE ...
 
@@ -56,6 +59,17 @@ def _parser() -> argparse.ArgumentParser:
         help="changes kept per resource for watches to resume across (the watch cache)",
     )
 
+    serve.add_argument(
+        "--no-watch-list",
+        action="store_true",
+        help="refuse streaming lists (sendInitialEvents) as a server without WatchList does",
+    )
+    serve.add_argument(
+        "--watch-cache-ignores-limit",
+        action="store_true",
+        help='answer lists at resourceVersion "0" whole, as kube-apiserver\'s watch cache does',
+    )
+
     def remote(name: str, text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--kubeconfig", type=Path, required=True)
@@ -88,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     drop.add_argument("--mode", default="eof", choices=["eof", "reset"])
     expire = remote("expire-watches", "answer the next watches with 410")
     expire.add_argument("--count", type=int, default=1)
+    remote("snapshot", "take an etcd backup of every object (for restore)")
+    restore = remote("restore", "go back to the snapshot: older versions, every watch cut")
+    restore.add_argument("--new-uids", action="store_true", help="re-create every object")
     stats = remote("stats", "print request counters and the request log")
     stats.add_argument("--reset", action="store_true")
     stats.add_argument("--log", type=int, default=20)
@@ -101,6 +118,8 @@ async def _serve(args: argparse.Namespace) -> int:
         token=args.token or None,
         bookmark_interval=args.bookmark_interval,
         history_limit=args.history,
+        watch_list=not args.no_watch_list,
+        watch_cache_ignores_limit=args.watch_cache_ignores_limit,
     )
     sim = KubeSim(settings, host=args.host, port=args.port, tls_enabled=args.tls)
     stop = asyncio.Event()
@@ -162,6 +181,10 @@ async def _remote(args: argparse.Namespace) -> int:
         elif cmd == "expire-watches":
             await ctl.expire_next_watches(args.count)
             result = await ctl.faults()
+        elif cmd == "snapshot":
+            result = {"resourceVersion": str(await ctl.snapshot())}
+        elif cmd == "restore":
+            result = {"resourceVersion": str(await ctl.restore(new_uids=args.new_uids))}
         elif cmd == "stats":
             result = await ctl.stats(args.log)
             if args.reset:

@@ -123,6 +123,16 @@ class ControlClient:
         result = await self.request("POST", "/kubesim/compact")
         return int(result["resourceVersion"])
 
+    async def snapshot(self) -> int:
+        """Take an etcd backup of every object; returns its resourceVersion."""
+        result = await self.request("POST", "/kubesim/snapshot")
+        return int(result["resourceVersion"])
+
+    async def restore(self, *, new_uids: bool = False) -> int:
+        """Restore the last snapshot (older versions, watches cut); returns the version."""
+        result = await self.request("POST", "/kubesim/restore", {"newUIDs": new_uids})
+        return int(result["resourceVersion"])
+
     async def stats(self, log: int = 100) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("GET", f"/kubesim/stats?log={log}")
         return result

@@ -11,6 +11,8 @@ Bodies and answers are JSON in the shapes ``Faults.to_dict`` and ``Stats.to_dict
     POST /kubesim/watches/drop               {"mode": "eof"|"reset"} closes open watches
     POST /kubesim/watches/expire             {"count": n} next n watches get 410
     POST /kubesim/compact                    empty every watch cache window (older versions: 410)
+    POST /kubesim/snapshot                   an etcd backup of every object, kept for restore
+    POST /kubesim/restore                    {"newUIDs"?: bool} back to it: older versions
     GET/DELETE /kubesim/stats                counters and request log (?log=N) / reset
     GET /kubesim/store                       object counts, resourceVersion, watch cache sizes
     POST /kubesim/seed                       YAML or JSON manifests, created or replaced
@@ -24,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from multusd.kubesim import seed
+from multusd.kubesim import backup, seed
 from multusd.kubesim.encoding import loads
 from multusd.kubesim.errors import bad_request
 from multusd.kubesim.faults import ErrorRule, LatencyRule
@@ -138,6 +140,17 @@ async def compact(request: web.Request) -> web.Response:
     return web.json_response({"resourceVersion": str(_state(request).store.compact())})
 
 
+async def snapshot(request: web.Request) -> web.Response:
+    snap = backup.take(_state(request))
+    return web.json_response({"resourceVersion": str(snap.resource_version)})
+
+
+async def restore(request: web.Request) -> web.Response:
+    doc = await _json_body(request)
+    rv = backup.restore(_state(request), new_uids=bool(doc.get("newUIDs", False)))
+    return web.json_response({"resourceVersion": str(rv)})
+
+
 async def get_stats(request: web.Request) -> web.Response:
     try:
         log = int(request.query.get("log", "100"))
@@ -175,6 +188,8 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/kubesim/watches/drop", drop)
     r.add_post("/kubesim/watches/expire", expire)
     r.add_post("/kubesim/compact", compact)
+    r.add_post("/kubesim/snapshot", snapshot)
+    r.add_post("/kubesim/restore", restore)
     r.add_get("/kubesim/stats", get_stats)
     r.add_delete("/kubesim/stats", reset_stats)
     r.add_get("/kubesim/store", store_stats)

@@ -92,11 +92,15 @@ def too_old(requested: int, oldest: int) -> ApiError:
 
 
 def too_large(requested: int, current: int) -> ApiError:
-    """A version from the future: the watch cache waits ~3 s for it, then answers this."""
+    """A version from the future (a client that saw a newer server, e.g. before an etcd
+    restore). The watch cache waits up to 3 s for it (``waitUntilFreshAndBlock``), then answers
+    ``storage.NewTooLargeResourceVersionError``: a ``NewTimeoutError`` (504, reason Timeout,
+    "Timeout: " before the text) with a ``ResourceVersionTooLarge`` cause and Retry-After 1 s.
+    The emulator answers at once."""
     return ApiError(
         504,
         "Timeout",
-        f"Too large resource version: {requested}, current: {current}",
+        f"Timeout: Too large resource version: {requested}, current: {current}",
         {
             "causes": [
                 {
@@ -105,6 +109,27 @@ def too_large(requested: int, current: int) -> ApiError:
                 }
             ],
             "retryAfterSeconds": 1,
+        },
+    )
+
+
+def invalid_list_options(causes: list[tuple[str, str, str]]) -> ApiError:
+    """422 for query parameters the apiserver's ``ValidateListOptions`` refuses; ``causes`` are
+    (field, cause reason, detail), e.g. ("sendInitialEvents", "FieldValueForbidden",
+    "Forbidden: sendInitialEvents is forbidden for watch unless ..."). The message is
+    ``errors.NewInvalid``'s: the errors joined, in brackets when there are several."""
+    texts = [f"{f}: {detail}" for f, _reason, detail in causes]
+    joined = texts[0] if len(texts) == 1 else f"[{', '.join(texts)}]"
+    return ApiError(
+        422,
+        "Invalid",
+        f'ListOptions.meta.k8s.io "" is invalid: {joined}',
+        {
+            "group": "meta.k8s.io",
+            "kind": "ListOptions",
+            "causes": [
+                {"reason": reason, "message": detail, "field": f} for f, reason, detail in causes
+            ],
         },
     )
 

@@ -226,14 +226,15 @@ async def _collection(
         deleted = [operations.delete(state, rt, e.namespace, e.name).raw for e in doomed]
         meta = {"resourceVersion": str(state.store.resource_version)}
         return _encoded(encoder, encoder.list_body(rt.api_version, rt.list_kind, meta, deleted))
+    continue_token = request.query.get("continue", "")
+    limit = _int_param(request, "limit")
+    version = request.query.get("resourceVersion", "")
+    if not continue_token:
+        operations.check_list_version(state, version)
+        if version == "0" and state.settings.watch_cache_ignores_limit:
+            limit = 0  # served from the watch cache, which ignores limit
     page = operations.list_page(
-        state,
-        rt,
-        namespace,
-        labels,
-        fields,
-        limit=_int_param(request, "limit"),
-        continue_token=request.query.get("continue", ""),
+        state, rt, namespace, labels, fields, limit=limit, continue_token=continue_token
     )
     list_meta: dict[str, Any] = {"resourceVersion": str(page.resource_version)}
     if page.continue_token:

@@ -22,6 +22,7 @@ from multusd.kubesim.errors import (
     namespace_not_found,
     not_found,
     precondition_failed,
+    too_large,
     unsupported_media_type,
 )
 from multusd.kubesim.objects import (
@@ -176,6 +177,19 @@ def delete(
     return state.store.delete(rt, namespace if rt.namespaced else "", name)
 
 
+def check_list_version(state: State, version: str) -> None:
+    """A list's ``resourceVersion`` ("not older than"): "" and "0" always do; a number the
+    server has not reached yet is the watch cache's 504 (``too_large``); anything else is 400."""
+    if version in ("", "0"):
+        return
+    try:
+        wanted = int(version)
+    except ValueError as exc:
+        raise bad_request(f'invalid resource version "{version}"') from exc
+    if wanted > state.store.resource_version:
+        raise too_large(wanted, state.store.resource_version)
+
+
 @dataclass(frozen=True, slots=True)
 class Page:
     items: list[bytes]
@@ -216,7 +230,8 @@ def list_page(
     after: ObjKey | None = None
     if continue_token:
         rv, after = _decode_continue(continue_token)
-        if rv < state.store.compacted:
+        # Older than a compaction, or newer than us: issued before a restore.
+        if rv < state.store.compacted or rv > state.store.resource_version:
             raise expired(_CONTINUE_TOO_OLD)
     entries = state.store.iter_entries(
         rt, namespace, labels=labels, fields=fields, visible=state.faults.visible, after=after

@@ -20,14 +20,14 @@ from typing import Any
 
 from aiohttp import web
 
-from multusd.kubesim import control, kubeconfig, operations, seed, tls
+from multusd.kubesim import backup, control, kubeconfig, operations, seed, tls
 from multusd.kubesim.app import build_app
 from multusd.kubesim.errors import bad_request
 from multusd.kubesim.faults import Faults
 from multusd.kubesim.resources import ResourceType
 from multusd.kubesim.state import Settings, State
 from multusd.kubesim.stats import Stats
-from multusd.kubesim.store import Store
+from multusd.kubesim.store import Snapshot, Store
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -158,6 +158,16 @@ class KubeSim:
 
     def compact(self) -> int:
         return self.state.store.compact()
+
+    def snapshot(self) -> Snapshot:
+        """An etcd backup: every object now (``restore`` goes back to it)."""
+        return backup.take(self.state)
+
+    def restore(self, snapshot: Snapshot | None = None, *, new_uids: bool = False) -> int:
+        """Come back from ``snapshot`` (default: the last one) as a restored, restarted API
+        server: older resourceVersions, every watch cut; ``new_uids`` re-creates every object
+        (new UIDs). Returns the resourceVersion after it (``multusd.kubesim.backup``)."""
+        return backup.restore(self.state, snapshot, new_uids=new_uids)
 
     async def seed_files(self, *paths: str | Path) -> list[str]:
         return await seed.load_files(self.state, paths)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from multusd.kubesim.faults import Faults
 from multusd.kubesim.resources import Registry
 from multusd.kubesim.stats import Stats
-from multusd.kubesim.store import WATCH_CACHE_CAPACITY, Store
+from multusd.kubesim.store import WATCH_CACHE_CAPACITY, Snapshot, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,13 @@ class Settings:
     log_limit: int = 10_000
     # Largest request body accepted (etcd's object limit is 1.5 MiB).
     max_body_bytes: int = 3 * 1024 * 1024
+    # Streaming lists (watch with sendInitialEvents): kube-apiserver's WatchList feature. False
+    # answers them with the 422 of a server without it (1.26 and older, 1.33 by default).
+    watch_list: bool = True
+    # True: a list at resourceVersion "0" is answered whole, ``limit`` ignored, as
+    # kube-apiserver's watch cache answers it (any other version with a limit is paged, from
+    # etcd). False (the default) pages every list that has a limit.
+    watch_cache_ignores_limit: bool = False
 
 
 @dataclass(slots=True)
@@ -40,6 +47,8 @@ class State:
     stats: Stats = field(init=False)
     # host:port clients used to reach us, for /api's serverAddressByClientCIDRs.
     server_address: str = ""
+    # The last snapshot taken (``backup.take``), which ``backup.restore`` restores by default.
+    snapshot: Snapshot | None = None
 
     def __post_init__(self) -> None:
         self.store = Store(

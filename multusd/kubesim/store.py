@@ -10,7 +10,8 @@ which keeps the last ``history_limit`` changes of that resource, as the apiserve
 (``apiserver/pkg/storage/cacher/watch_cache.go``) keeps a window per resource type: a watch may
 resume from any version the window still covers, and an older one gets 410 Expired, which is
 what makes clients relist. ``compact`` empties every window at once, as a relist of the cache
-(or an etcd compaction, for continue tokens) would.
+(or an etcd compaction, for continue tokens) would. ``snapshot`` and ``restore`` are an etcd
+backup and its restore: the versions go back to the backup's, below what clients have seen.
 
 All methods are synchronous and run on the event loop thread, so a write, its history entry and
 its delivery to every open watcher happen atomically with respect to other requests.
@@ -215,6 +216,19 @@ class _WatchCache:
 
 
 @dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Every object at one version, as an etcd backup holds them (entries are immutable, so
+    the copy is of the tables, not of the objects)."""
+
+    resource_version: int
+    tables: Mapping[ResourceType, Mapping[ObjKey, Entry]]
+
+    def count(self, rt: ResourceType | None = None) -> int:
+        tables = self.tables.values() if rt is None else [self.tables.get(rt, {})]
+        return sum(len(t) for t in tables)
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStatistics:
     resource_version: int
     # Per resource ("pods", "network-attachment-definitions.k8s.cni.cncf.io", ...): the oldest
@@ -252,7 +266,8 @@ class Store:
 
     @property
     def compacted(self) -> int:
-        """The version of the last ``compact``: list continue tokens from before it get 410."""
+        """The version of the last ``compact`` or ``restore``: list continue tokens from before
+        it get 410."""
         return self._compacted
 
     def oldest_resumable(self, rt: ResourceType) -> int:
@@ -398,6 +413,30 @@ class Store:
         for watcher in self._watchers:
             if watcher.rt is change.rt:
                 watcher.offer(change)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            self._rv, {rt: dict(t.entries) for rt, t in self._tables.items() if t.entries}
+        )
+
+    def restore(self, snap: Snapshot) -> int:
+        """Become ``snap``, as an API server does after its etcd was restored from a backup and
+        it restarted: the objects are the backup's, the version counter goes back to the
+        backup's (below what clients have seen: their versions are now "too large"), every
+        watch cache window restarts there, continue tokens from before expire, and every open
+        watch is cut (the connections of the old process are gone). Returns the version."""
+        for watcher in list(self._watchers):
+            watcher.close("reset")
+        tables: dict[ResourceType, _Table] = {}
+        for rt, entries in snap.tables.items():
+            table = tables[rt] = _Table()
+            table.entries = dict(entries)
+        self._tables = tables
+        self._rv = snap.resource_version
+        for cache in self._caches.values():
+            cache.reset(self._rv)
+        self._compacted = self._rv
+        return self._rv
 
     def compact(self) -> int:
         """Forget all history, as an etcd compaction at the current version does: every watch

@@ -4,9 +4,18 @@ over a chunked 200 response.
 Like the apiserver's watch cache: ``resourceVersion`` "" or "0" starts with the current state as
 ADDED events; a version inside the resource's window of kept changes (``store``) resumes after
 it; an older one gets an ERROR event carrying a 410 Expired Status, "too old resource version:
-X (Y)" (HTTP status stays 200, as with the real cacher). Bookmarks
-go out every ``bookmark_interval`` to clients that asked, and once more just before the watch's
-``timeoutSeconds`` ends it, so a client can always resume from where it stopped.
+X (Y)", and a newer one (from before an etcd restore) a 504 "Too large resource version" (HTTP
+status stays 200, as with the real cacher). Bookmarks go out every ``bookmark_interval`` to
+clients that asked, and once more just before the watch's ``timeoutSeconds`` ends it, so a
+client can always resume from where it stopped.
+
+Streaming lists (``sendInitialEvents=true``, KEP-3157) follow the apiserver's rules: they need
+``resourceVersionMatch=NotOlderThan`` (422 otherwise, as ``validateWatchOptions`` words it),
+send the current state as ADDED events whatever the version asked ("not older than" it: a
+version the server has not reached is the 504 above), then, when bookmarks were allowed, a
+BOOKMARK annotated ``k8s.io/initial-events-end: "true"`` at the version that state is at, and
+then the changes after it. ``Settings.watch_list=False`` refuses them as a server without the
+WatchList feature does.
 
 A bookmark's version is read in the same synchronous step that drained the watcher's queue; the
 store offers every write to the queue as it happens, so nothing at or below that version can
@@ -25,7 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from multusd.kubesim.encoding import Encoder, dumps
-from multusd.kubesim.errors import ApiError, bad_request, too_old
+from multusd.kubesim.errors import ApiError, bad_request, invalid_list_options, too_large, too_old
 from multusd.kubesim.resources import ResourceType
 from multusd.kubesim.selectors import FieldSelector, LabelSelector
 from multusd.kubesim.state import State
@@ -34,28 +43,81 @@ from multusd.kubesim.store import BOOKMARK, ERROR, Delivery, Watcher
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
+NOT_OLDER_THAN = "NotOlderThan"
+
+
 @dataclass(frozen=True, slots=True)
 class WatchParams:
-    since: int | None
+    since: int | None  # None: start with the current state as ADDED events
     timeout: float
     bookmarks: bool
     initial_events_end: bool
+    not_older_than: int | None = None  # a streaming list's version; newer than ours: 504
+    from_now: bool = False  # no initial state, whatever the version says
 
 
 def _flag(value: str | None) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
 
-def parse_params(query: dict[str, str], min_request_timeout: float) -> WatchParams:
+def _forbidden(field: str, detail: str) -> tuple[str, str, str]:
+    return (field, "FieldValueForbidden", f"Forbidden: {detail}")
+
+
+def _validate(query: dict[str, str], watch_list: bool) -> None:
+    """The apiserver's ``validateWatchOptions`` for a watch's streaming-list parameters."""
+    causes: list[tuple[str, str, str]] = []
+    match = query.get("resourceVersionMatch", "")
+    if "sendInitialEvents" in query:
+        if match != NOT_OLDER_THAN:
+            causes.append(
+                _forbidden(
+                    "resourceVersionMatch",
+                    f"sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}",
+                )
+            )
+        if not watch_list:
+            causes.append(
+                _forbidden(
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for watch unless the WatchList feature gate "
+                    "is enabled",
+                )
+            )
+    elif match:
+        causes.append(
+            _forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            )
+        )
+    if match and match != NOT_OLDER_THAN:
+        causes.append(
+            (
+                "resourceVersionMatch",
+                "FieldValueNotSupported",
+                f'Unsupported value: "{match}": supported values: "{NOT_OLDER_THAN}"',
+            )
+        )
+    if causes:
+        raise invalid_list_options(causes)
+
+
+def parse_params(
+    query: dict[str, str], min_request_timeout: float, *, watch_list: bool = True
+) -> WatchParams:
+    _validate(query, watch_list)
     rv_text = query.get("resourceVersion", "")
-    send_initial = _flag(query.get("sendInitialEvents"))
-    if rv_text in ("", "0") or send_initial:
-        since = None
-    else:
+    version: int | None = None
+    if rv_text not in ("", "0"):
         try:
-            since = int(rv_text)
+            version = int(rv_text)
         except ValueError as exc:
             raise bad_request(f'invalid resource version "{rv_text}"') from exc
+    send_initial = _flag(query.get("sendInitialEvents"))
+    since, not_older_than = (None, version) if send_initial else (version, None)
+    # sendInitialEvents=false at "" or "0": the changes from now on, without the current state.
+    from_now = "sendInitialEvents" in query and not send_initial and version is None
     try:
         timeout = float(query.get("timeoutSeconds") or 0)
     except ValueError as exc:
@@ -64,7 +126,9 @@ def parse_params(query: dict[str, str], min_request_timeout: float) -> WatchPara
         # As the apiserver: no (or a zero) timeout means a random one in [t, 2t].
         timeout = random.uniform(min_request_timeout, 2 * min_request_timeout)
     bookmarks = _flag(query.get("allowWatchBookmarks"))
-    return WatchParams(since, timeout, bookmarks, send_initial and bookmarks)
+    return WatchParams(
+        since, timeout, bookmarks, send_initial and bookmarks, not_older_than, from_now
+    )
 
 
 def _bookmark(rt: ResourceType, rv: int, annotations: dict[str, str] | None = None) -> bytes:
@@ -101,12 +165,20 @@ class WatchQuery:
 async def serve(
     request: web.Request, state: State, encoder: Encoder, query: WatchQuery
 ) -> web.StreamResponse:
-    params = parse_params(dict(request.query), state.settings.min_request_timeout)
+    params = parse_params(
+        dict(request.query),
+        state.settings.min_request_timeout,
+        watch_list=state.settings.watch_list,
+    )
     resp = await _start(request, encoder)
+    current = state.store.resource_version
     if state.faults.take_expire():
-        requested = params.since if params.since is not None else state.store.resource_version
+        requested = params.since if params.since is not None else current
         # As if the watch cache had just restarted its window at the current version.
-        await _send_error(resp, encoder, too_old(requested, state.store.resource_version))
+        await _send_error(resp, encoder, too_old(requested, current))
+        return resp
+    if params.not_older_than is not None and params.not_older_than > current:
+        await _send_error(resp, encoder, too_large(params.not_older_than, current))
         return resp
     try:
         watcher = state.store.subscribe(
@@ -115,7 +187,7 @@ async def serve(
             labels=query.labels,
             fields=query.fields,
             visible=state.faults.visible,
-            since=params.since,
+            since=current if params.from_now else params.since,
         )
     except ApiError as err:
         await _send_error(resp, encoder, err)
