@@ -3,12 +3,17 @@
 Each fault test runs a churn of creates, updates and deletes around the fault and then checks
 that the cache holds exactly the emulator's objects at exactly its versions. When the test also
 shows that no relist happened, that equality means no event was lost on the way.
+
+Most tests list in pages (``FAST``, counted in requests); the streaming list (``STREAM``:
+one watch with ``sendInitialEvents``) has tests of its own, and the relist scenarios run in
+both modes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,14 @@ from typing import Any
 import pytest
 
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
-from multusd.k8s.reflector import Backoff, Reflector, ReflectorSettings
+from multusd.k8s.errors import ApiError, Gone, ServerError
+from multusd.k8s.reflector import (
+    Backoff,
+    Reflector,
+    ReflectorSettings,
+    refuses_streaming,
+    rejected_version,
+)
 from multusd.k8s.store import Store, key_of, resource_version_of, trim_nad, trim_pod
 from multusd.kubesim import ErrorRule, KubeSim, Settings
 
@@ -27,8 +39,14 @@ NODE = "node1"
 # Bookmarks every 0.3 s keep a healthy idle watch well inside a 1.5 s watchdog.
 SIM_SETTINGS = Settings(bookmark_interval=0.3)
 FAST = ReflectorSettings(
-    page_size=7, watch_timeout=(2.0, 3.0), inactivity_timeout=1.5, backoff=(0.05, 0.4)
+    page_size=7,
+    watch_timeout=(2.0, 3.0),
+    inactivity_timeout=1.5,
+    backoff=(0.05, 0.4),
+    streaming=False,
 )
+STREAM = dataclasses.replace(FAST, streaming=True)
+BOTH = pytest.mark.parametrize("settings", [FAST, STREAM], ids=["paged", "streaming"])
 
 
 @pytest.fixture
@@ -82,6 +100,16 @@ def sim_pods(sim: KubeSim, node: str | None = None) -> dict[str, str]:
 
 def cached(store: Store) -> dict[str, str]:
     return {key_of(o): resource_version_of(o) for o in store.items()}
+
+
+def sim_uids(sim: KubeSim) -> dict[str, str]:
+    rt = sim.state.registry.by_path("", "v1", "pods")
+    assert rt is not None
+    return {f"{e.namespace}/{e.name}": e.uid for e in sim.store.iter_entries(rt)}
+
+
+def cached_uids(store: Store) -> dict[str, str]:
+    return {key_of(o): str(o["metadata"]["uid"]) for o in store.items()}
 
 
 async def converged(sim: KubeSim, store: Store, node: str | None = None) -> None:
@@ -502,3 +530,241 @@ def test_backoff_full_jitter_and_reset() -> None:
     assert backoff.next_delay(retry_after=100.0) == 4.0  # Retry-After capped at the maximum
     backoff.reset()
     assert backoff.next_delay() <= 0.5
+
+
+# --- an API server that comes back older (etcd restore) ----------------------------------------
+
+
+def query_of(request: Any) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in request.query.split("&") if part)
+
+
+def _watches_from(sim: KubeSim, version: str) -> list[Any]:
+    return [
+        r
+        for r in sim.stats.requests()
+        if r.verb == "watch" and f"resourceVersion={version}&" in f"{r.query}&"
+    ]
+
+
+@BOTH
+async def test_restore_to_an_older_version_relists_from_scratch(
+    sim: KubeSim, client: KubeClient, settings: ReflectorSettings
+) -> None:
+    """The server restarts from a backup taken before the pods existed; their owners create
+    them again (same names, new UIDs) at versions the reflector has already seen. Resuming
+    from its last version gets ``Timeout: Too large resource version``: the reflector must
+    relist from scratch, and its cache must hold the new UIDs, not the stale ones."""
+    backup = sim.snapshot()
+    seed(sim, 10)
+    store = Store()
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        for i in range(30):  # so the re-created pods' versions stay below the cache's
+            sim.patch("pods", "default", "seed-0", {"metadata": {"annotations": {"n": str(i)}}})
+        await converged(sim, store)
+        seen = store.resource_version
+        stale = cached_uids(store)
+        sim.stats.reset()
+        sim.restore(backup)
+        seed(sim, 10)
+        assert sim.store.resource_version < int(seen)
+        # Bounded wait on the cache itself: every pod with the UID the server now has.
+        await wait_until(lambda: cached_uids(store) == sim_uids(sim))
+        assert not set(cached_uids(store).values()) & set(stale.values())
+        await converged(sim, store)
+        sim.create(pod("after-restore"))  # and it follows the new history
+        await converged(sim, store)
+    stats = reflector.statistics()
+    assert stats.relists_rejected >= 1 and stats.relists_410 == 0
+    assert "Too large resource version" in stats.last_rejection
+    # What was asked: the old version once (the 504 answer), then a list naming no version.
+    assert len(_watches_from(sim, seen)) == 1
+    relists = [
+        r
+        for r in sim.stats.requests()
+        if (r.verb == "list" and "continue=" not in r.query)
+        or (r.verb == "watch" and "sendInitialEvents=true" in r.query)
+    ]
+    assert relists and "resourceVersion" not in query_of(relists[0])
+
+
+@BOTH
+async def test_a_relist_that_fails_is_backed_off(
+    sim: KubeSim, client: KubeClient, settings: ReflectorSettings
+) -> None:
+    """After the restore, the server also fails the relist a few times: each failure waits
+    for the backoff (no hot loop), and the cache still converges."""
+    backup = sim.snapshot()
+    seed(sim, 6)
+    store = Store()
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        for i in range(20):
+            sim.patch("pods", "default", "seed-0", {"metadata": {"annotations": {"n": str(i)}}})
+        await converged(sim, store)
+        errors = reflector.statistics().errors
+        sim.stats.reset()
+        verb = "watch" if settings.streaming else "list"
+        sim.faults.errors.append(ErrorRule(500, verb=verb, resource="pods", count=4))
+        sim.restore(backup)
+        seed(sim, 6)
+        await wait_until(lambda: cached_uids(store) == sim_uids(sim))
+        await converged(sim, store)
+    stats = reflector.statistics()
+    assert stats.errors - errors >= 4
+    assert stats.backoff_seconds > 0
+    # One rejected resume, four failed relists, one that worked, then watches: no spin.
+    assert sim.stats.count(resource="pods") <= 12, sim.stats.requests()
+
+
+def test_which_errors_reject_the_version() -> None:
+    too_large = ServerError(
+        "Timeout: Too large resource version: 1206, current: 1205", status=504, reason="Timeout"
+    )
+    assert rejected_version(too_large) == "too large"
+    # Servers before 1.17 said it without the cause (client-go still matches the words).
+    older = ServerError("Too large resource version: 9, current: 3", status=504, reason="Timeout")
+    assert rejected_version(older) == "too large"
+    assert rejected_version(Gone("too old resource version: 5 (9)", reason="Expired")) == "expired"
+    assert rejected_version(ApiError('invalid resource version "x"', status=400)) == "invalid"
+    assert rejected_version(ServerError("Timeout: request did not complete", status=504)) == ""
+    assert rejected_version(ServerError("boom", status=500, reason="InternalError")) == ""
+    refusal = ApiError(
+        'ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: sendInitialEvents '
+        "is forbidden for watch unless the WatchList feature gate is enabled",
+        status=422,
+        reason="Invalid",
+    )
+    assert refuses_streaming(refusal) and rejected_version(refusal) == ""
+    # A server from before streaming lists: it refuses the match parameter on a watch.
+    old_server = ApiError(
+        'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+        "resourceVersionMatch is forbidden for watch",
+        status=422,
+        reason="Invalid",
+    )
+    assert refuses_streaming(old_server) and rejected_version(old_server) == ""
+    assert not refuses_streaming(too_large)
+
+
+# --- streaming lists ---------------------------------------------------------------------------
+
+
+async def test_streaming_list_syncs_from_one_watch(sim: KubeSim, client: KubeClient) -> None:
+    seed(sim, 20)
+    store = Store()
+    reflector = pod_reflector(client, store, settings=STREAM)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        assert cached(store) == sim_pods(sim)
+        assert store.resource_version == str(sim.store.resource_version)
+        await churn(sim, "live")
+        await converged(sim, store)
+        stats = reflector.statistics()
+        assert (stats.lists, stats.streaming, stats.errors) == (1, True, 0)
+    assert sim.stats.count("list", "pods") == 0
+    query = query_of(next(r for r in sim.stats.requests() if r.verb == "watch"))
+    assert query["sendInitialEvents"] == "true"
+    assert query["resourceVersionMatch"] == "NotOlderThan"
+    assert query["allowWatchBookmarks"] == "true"
+    assert "resourceVersion" not in query  # the first one is a consistent read
+
+
+async def test_streaming_relist_after_410_asks_not_older_than(
+    sim: KubeSim, client: KubeClient
+) -> None:
+    seed(sim, 10)
+    store = Store()
+    reflector = pod_reflector(client, store, settings=STREAM)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+
+        def expire() -> None:
+            sim.expire_next_watches(1)
+            sim.drop_watches("eof")
+
+        await churn(sim, "g", fault=expire)
+        await converged(sim, store)
+    stats = reflector.statistics()
+    assert stats.relists_410 == 1 and stats.lists == 2
+    streams = [r.query for r in sim.stats.requests() if "sendInitialEvents=true" in r.query]
+    assert len(streams) == 2 and "resourceVersion=" in streams[1]
+    assert sim.stats.count("list", "pods") == 0
+
+
+async def test_streaming_falls_back_to_paged_lists_on_a_server_without_it(
+    short_tmp: Path,
+) -> None:
+    async with KubeSim(dataclasses.replace(SIM_SETTINGS, watch_list=False)) as old:
+        seed(old, 10)
+        kubeconfig = await old.write_kubeconfig(short_tmp / "old-kubeconfig")
+        config = load_cluster_config(str(kubeconfig), environ={})
+        async with KubeClient(config, ClientSettings(protobuf_pods=False)) as api:
+            store = Store()
+            reflector = pod_reflector(api, store, settings=STREAM)
+            async with running(reflector):
+                async with asyncio.timeout(10):
+                    await store.synced.wait()
+                assert cached(store) == sim_pods(old)
+                old.expire_next_watches(1)
+                old.drop_watches("eof")
+                old.create(pod("after"))
+                await converged(old, store)
+            stats = reflector.statistics()
+    assert stats.streaming is False and stats.lists == 2
+    # Asked once; refused (422) once; never asked again, not even for the relist.
+    assert old.stats.count_code(422, "watch", "pods") == 1
+    assert sum("sendInitialEvents" in r.query for r in old.stats.requests()) == 1
+    assert stats.errors == 0  # a refusal is not a failure to back off from
+
+
+async def test_a_stalled_streaming_list_is_restarted(sim: KubeSim, client: KubeClient) -> None:
+    seed(sim, 10)
+    sim.faults.set_stall(True)
+    store = Store()
+    settings = dataclasses.replace(STREAM, inactivity_timeout=0.5)
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        await wait_until(lambda: reflector.statistics().inactivity_timeouts >= 1)
+        assert not store.synced.is_set() and len(store) == 0  # nothing half-listed kept
+        sim.faults.set_stall(False)
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        await converged(sim, store)
+    assert reflector.statistics().streaming is True
+
+
+# --- memory: a relist keeps what did not change ------------------------------------------------
+
+
+@BOTH
+async def test_relist_keeps_the_objects_that_did_not_change(
+    sim: KubeSim, client: KubeClient, settings: ReflectorSettings
+) -> None:
+    """A relist holds the old cache and the new list at once; objects whose UID and version
+    did not change are kept as they are, so the new list costs only what changed."""
+    seed(sim, 10)
+    store = Store()
+    reflector = pod_reflector(client, store, settings=settings)
+    async with running(reflector):
+        async with asyncio.timeout(10):
+            await store.synced.wait()
+        before = {key_of(o): o for o in store.items()}
+        sim.faults.set_stall(True)
+        sim.patch("pods", "default", "seed-0", {"metadata": {"annotations": {"n": "9"}}})
+        sim.expire_next_watches(1)
+        sim.drop_watches("reset")
+        sim.faults.set_stall(False)
+        await wait_until(lambda: reflector.statistics().lists == 2)
+        await converged(sim, store)
+    after = {key_of(o): o for o in store.items()}
+    assert after["default/seed-0"] is not before["default/seed-0"]
+    unchanged = [k for k in before if k != "default/seed-0"]
+    assert unchanged and all(after[k] is before[k] for k in unchanged)
