@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from multusd.k8s.client import ClientSettings, ClusterConfig, KubeClient, resource_of
 from multusd.k8s.events import EventRecorder
-from multusd.k8s.reflector import Reflector
+from multusd.k8s.reflector import Reflector, ReflectorSettings
 from multusd.k8s.store import Store, trim_nad, trim_pod
 
 log = logging.getLogger(__name__)
@@ -127,6 +127,10 @@ async def running_cluster(
     """Connect, start the pod (this node's only, when ``node_name`` is set) and NAD caches."""
     async with KubeClient(config, settings) as client:
         pods, nads = Store(), Store()
+        # Streaming lists: one object decoded at a time, where kube-apiserver answers a paged
+        # first list whole (docs/performance.md, "Relists and memory"); paged lists as the
+        # fallback when the server refuses them.
+        lists = ReflectorSettings(streaming=True)
         reflectors = (
             Reflector(
                 client,
@@ -134,10 +138,16 @@ async def running_cluster(
                 pods,
                 trim=trim_pod,
                 field_selector=f"spec.nodeName={node_name}" if node_name else "",
+                settings=lists,
                 name="pods",
             ),
             Reflector(
-                client, NADS_PATH, nads, trim=trim_nad, name="network-attachment-definitions"
+                client,
+                NADS_PATH,
+                nads,
+                trim=trim_nad,
+                settings=lists,
+                name="network-attachment-definitions",
             ),
         )
         tasks = [asyncio.create_task(r.run(), name=f"reflector-{r.name}") for r in reflectors]
