@@ -21,6 +21,7 @@ from bench import (
     profile_add,
     qps_storm,
     readiness_stat,
+    relist_memory,
     sidebyside,
     skeleton,
 )
@@ -30,6 +31,7 @@ BENCHMARKS: dict[str, Callable[[], Any]] = {
     "kubesim_scale": kubesim_scale.main,
     "kube_requests": kube_requests.main,
     "informer": informer.main,
+    "relist_memory": relist_memory.main,
     "host_shim": host_shim.main,
     "pod_lookup": pod_lookup.main,
     "qps_storm": qps_storm.main,
