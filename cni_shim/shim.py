@@ -5,7 +5,8 @@ object sent by the daemon keeps its code (only ``msg`` gets the ``CmdAdd (shim):
 where upstream flattens every failure to 999; STATUS probes the daemon once and answers code 50
 ("plugin not available") when it is not there or not ready, where upstream waits 60 s and
 answers 999. A 200 answer without a result is an error here; upstream dereferences nil and
-crashes.
+crashes. A DEL that finds no daemon while it restarts waits for it or asks the runtime to try
+again (code 11), where upstream's is lost (``readiness.DeleteWait``).
 """
 
 from __future__ import annotations
@@ -104,14 +105,16 @@ class _Shim:
         ready: Callable[[str], None],
         printed: bool = False,
         unreachable: int = INTERNAL,
+        conf: ShimConfig | None = None,
     ) -> tuple[dict[str, Any] | str | None, str]:
         """``ready(socket)``, then ``POST /cni``; returns (result, the shim config's cniVersion).
 
         With ``printed`` the daemon is asked for the print-ready text; the result is then that
         ``str`` when the daemon obliged (ours does, upstream's does not). ``unreachable`` is the
-        code of a failed ``/cni`` exchange (the daemon went away after its probe).
+        code of a failed ``/cni`` exchange (the daemon went away after its probe). ``conf`` is
+        the shim config when the caller already read it.
         """
-        conf = self._configure(args.stdin_data)
+        conf = conf or self._configure(args.stdin_data)
         sock = socket_path(conf.socket_dir)
         ready(sock)
         stdin_text = args.stdin_data.decode("utf-8", "replace")
@@ -123,7 +126,7 @@ class _Shim:
                 headers={wire.PRINT_REQUEST: "1"} if printed else None,
             )
         except transport.TransportError as exc:
-            raise CNIError(unreachable, f"{exc}: StdinData: {stdin_text}") from exc
+            raise readiness.Unreachable(unreachable, f"{exc}: StdinData: {stdin_text}") from exc
         if status != 200:
             err = wire.decode_error_body(status, body)
             if isinstance(err, wire.RequestFailed):
@@ -171,11 +174,40 @@ class _Shim:
             raise self._fail("CmdStatus (shim): ", exc) from exc
 
     def delete(self, args: skel.CmdArgs) -> None:
-        """DEL never fails once skel accepted it: errors are only logged (CNI spec)."""
+        """DEL never fails once skel accepted it, unless the daemon is restarting.
+
+        The daemon's own answers, errors included, are only logged (upstream). When nobody
+        answers, the daemon's :class:`~cni_shim.readiness.RestartNote` decides: none, or a
+        stale one, and the DEL is logged and dropped as upstream does; while a restart is
+        under way the DEL waits for the replacement (bounded, like ADD) and is sent to it,
+        or fails with code 11 so that the runtime asks again (containerd fails the
+        Stop/RemovePodSandbox, which the kubelet retries): a restart loses no DEL.
+        """
+        prefix = "CmdDel (shim): "
         try:
-            self._post(args, ready=readiness.check_now)
+            conf = self._configure(args.stdin_data)
         except CNIError as exc:
-            self._fail("CmdDel (shim): ", exc)
+            self._fail(prefix, exc)
+            return
+        sock = socket_path(conf.socket_dir)
+        wait = readiness.DeleteWait(
+            conf.socket_dir, sock, timeout=readiness.timeout_from_env(self.environ)
+        )
+        while True:
+            try:
+                self._post(args, ready=readiness.check_now, conf=conf)
+                return
+            except readiness.Unreachable as exc:
+                try:
+                    wait.after(exc)  # the daemon answers again: send the DEL to it
+                except readiness.GoneForGood as gone:
+                    self._fail(prefix, gone)
+                    return
+                except CNIError as retry:
+                    raise self._fail(prefix, retry) from exc
+            except CNIError as exc:
+                self._fail(prefix, exc)
+                return
 
 
 def _render(result: dict[str, Any], cni_version: str) -> str:

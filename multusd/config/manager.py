@@ -3,7 +3,12 @@
 The supervisor owns one :class:`ConfigManager` as an async context manager: it waits for the
 primary at start-up (upstream's budget: 120 listings, 1 s apart, then exit 2), writes the file
 once the server is ready, runs :meth:`ConfigManager.watch` as a task, and on exit the file is
-removed (upstream) unless ``keepConfigOnExit`` says to leave it.
+removed (upstream) unless ``keepConfigOnExit`` says to leave it. A file left for the next daemon
+comes with a restart note beside the socket (``cni_shim.readiness.RestartNote``), written
+when shutdown begins, before the socket goes away: the shims' DELs wait for (or are retried
+against) the replacement while the restart window is open, and take the file away once it has
+closed without one, so an uninstall gives the node back to its cluster network
+(docs/operations.md, "Rolling restarts and uninstall").
 
 Where this differs from upstream (reference §4.5, §4.7), on purpose:
 
@@ -28,8 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import logging
 import os
+import posixpath
+import re
 import time
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -39,6 +47,7 @@ from typing import Any, Self
 
 from watchfiles import Change, awatch
 
+from cni_shim.readiness import RESTART_NOTE, RESTART_WINDOW, RestartNote
 from multusd.config.daemon import DaemonConfig
 from multusd.config.generate import (
     MULTUS_CONFIG_NAME,
@@ -111,6 +120,9 @@ class ConfigManager:
         if keep_config_on_exit is None:
             keep_config_on_exit = config.keep_config_on_exit
         self._keep = keep_config_on_exit
+        self._socket_path = Path(config.socket_path)
+        self._note_path = self._socket_path.with_name(RESTART_NOTE)
+        self._noted = False
         self._dir = self._conf.multus_autoconfig_dir
         self._fixed = self._conf.multus_master_cni
         self._follow = config.follow_primary_config and not self._fixed
@@ -138,14 +150,15 @@ class ConfigManager:
         tb: TracebackType | None,
     ) -> None:
         if not self._written:
-            return  # never wrote it: a file left by an earlier run is not ours to remove
+            return  # never wrote it (or removed it): a file left by an earlier run is not ours
         if self._keep:
             log.info("keeping %s on exit (keepConfigOnExit)", self.output_path)
             return
         await self.remove_config()
 
     async def remove_config(self) -> None:
-        """Delete the generated file now (shutdown, or the readiness indicator is gone).
+        """Delete the generated file now (shutdown, or the readiness indicator is gone), and
+        the restart note that came with it: nothing is left for a next daemon.
 
         The watch task must be cancelled first, or a change in the directory would bring the
         file back.
@@ -155,6 +168,47 @@ class ConfigManager:
             await asyncio.to_thread(remove_if_exists, self.output_path)
         except OSError as err:
             log.error("failed to remove %s: %s", self.output_path, err)
+        self._written = False
+        if self._noted:
+            self._noted = False
+            try:
+                await asyncio.to_thread(remove_if_exists, self._note_path)
+            except OSError as err:
+                log.error("failed to remove %s: %s", self._note_path, err)
+
+    def leave_restart_note(self) -> None:
+        """Shutdown has begun and the file stays for the next daemon: say so beside the socket.
+
+        Called when the watch ends (the supervisor cancels it first thing on SIGTERM), so the
+        note is there before the socket goes away: no shim finds neither a daemon nor a note.
+        Synchronous: it runs in a cancelled task, and writes one small file. Only a daemon that
+        serves on the socket writes it: with no socket there is no daemon to wait for.
+        """
+        if not (self._keep and self._written) or self._noted:
+            return
+        if not self._socket_path.exists():
+            return
+        try:
+            data = self.output_path.read_bytes()
+            st = os.stat(self.output_path)
+            stopped = time.time()
+            note = RestartNote(
+                stopped=stopped,
+                until=stopped + RESTART_WINDOW,
+                paths=runtime_views(self.output_path),
+                identity=(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns),
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+            atomic_write(self._note_path, note.encode(), mode=0o600, dir_mode=0o700)
+        except OSError as exc:
+            log.error("failed to leave a restart note in %s: %s", self._note_path, exc)
+            return
+        self._noted = True
+        log.info(
+            "keeping %s for the next daemon; DELs wait for it, or are retried, for %.0f s",
+            self.output_path,
+            RESTART_WINDOW,
+        )
 
     # ----------------------------------------------------------------------------------------
     # start-up
@@ -265,7 +319,14 @@ class ConfigManager:
     # watching
 
     async def watch(self) -> None:
-        """Regenerate on every relevant change in ``multusAutoconfigDir``; runs until cancelled."""
+        """Regenerate on every relevant change in ``multusAutoconfigDir``; runs until cancelled,
+        which is how shutdown begins: then the restart note is left (:meth:`leave_restart_note`)."""
+        try:
+            await self._watch()
+        finally:
+            self.leave_restart_note()
+
+    async def _watch(self) -> None:
         warned = False
         while True:
             dir_id = await asyncio.to_thread(_dir_id, self._dir)
@@ -412,6 +473,39 @@ def _copy_atomically(source: str, target_dir: str) -> str:
     data = Path(os.path.abspath(source)).read_bytes()
     atomic_write(target, data, mode=0o644, dir_mode=0o755)
     return target
+
+
+_MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def runtime_views(path: Path) -> list[str]:
+    """The paths under which the container runtime, on the host, may see ``path``: as this
+    process sees it (a daemon on the host), and as the path inside its filesystem (from
+    ``/proc/self/mountinfo``), which is the host's path whenever the host has that filesystem
+    at ``/``: the DaemonSet's ``/host/etc/cni/net.d`` is the host's ``/etc/cni/net.d``. The
+    note's reader checks which one, if any, is the very file (device, inode, digest)."""
+    real = os.path.realpath(path)
+    views = [real]
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return views
+    best: tuple[str, str] | None = None
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) < 5:
+            continue
+        root, point = (_MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m[1], 8)), f) for f in fields[3:5])
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and (
+            best is None or len(point) >= len(best[1])
+        ):
+            best = (root, point)  # the longest covering mount point; the last one stacked on it
+    if best is not None:
+        root, point = best
+        inside = posixpath.normpath(posixpath.join(root, posixpath.relpath(real, point)))
+        if inside not in views:
+            views.append(inside)
+    return views
 
 
 def _dir_id(directory: str) -> DirId | None:
