@@ -78,6 +78,16 @@ class Node:
         mine = conf.get("daemonSocketDir") == self.daemon.socket_dir
         return dict(conf) if mine else None
 
+    async def loaded_networks(self) -> list[str] | None:
+        """The names of the networks containerd has loaded now beside its own loopback, in
+        its order (``None``: its network is not ready, e.g. no config at all)."""
+        status = await self.cri.status()
+        ready, _ = status.conditions.get("NetworkReady", (False, ""))
+        if not ready:
+            return None
+        networks = status.cni_config().get("Networks") or []
+        return [n["Config"]["Name"] for n in networks if n.get("IFName") != "lo"]
+
     async def loaded_config(self) -> dict[str, Any] | None:
         """The multus config containerd has loaded now (verbose ``Status``), if ready."""
         status = await self.cri.status()
@@ -135,7 +145,11 @@ class Node:
     async def run_pod(self, name: str, namespace: str = "default", **annotations: str) -> str:
         """Create the pod, then ``RunPodSandbox`` with its metadata; the sandbox id."""
         uid = self.create_pod(name, namespace, **annotations)
-        config = SandboxConfig(name, uid, namespace, annotations=annotations)
+        return await self.run_sandbox(SandboxConfig(name, uid, namespace, annotations=annotations))
+
+    async def run_sandbox(self, config: SandboxConfig) -> str:
+        """``RunPodSandbox`` for a pod already created (a kubelet's retry passes the next
+        ``attempt``); the sandbox id."""
         sandbox_id = await self.cri.run(config)
         self.running.add(sandbox_id)
         return sandbox_id
@@ -148,6 +162,24 @@ class Node:
         await self.cri.stop(sandbox_id)
         await self.cri.remove(sandbox_id)
         self.running.discard(sandbox_id)
+
+    def bridge_nad(self, name: str, bridge: str, subnet: str, namespace: str = "default") -> None:
+        """A NetworkAttachmentDefinition for a bridge + host-local network whose addresses go
+        under :attr:`ipam_dir` (no routes: the default route stays on ``eth0``)."""
+        ipam = {
+            "type": "host-local",
+            "dataDir": str(self.ipam_dir),
+            "ranges": [[{"subnet": subnet}]],
+        }
+        config = {"cniVersion": "1.0.0", "type": "bridge", "bridge": bridge, "ipam": ipam}
+        self.kubesim.create(
+            {
+                "apiVersion": "k8s.cni.cncf.io/v1",
+                "kind": "NetworkAttachmentDefinition",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"config": json.dumps(config)},
+            }
+        )
 
     def pod_annotation(self, name: str, key: str, namespace: str = "default") -> str | None:
         pod = self.kubesim.get("pods", namespace, name)
@@ -221,6 +253,25 @@ class Node:
         """containerd's cache entries (``<network>-<id>-<ifname>``): every one is the rig's."""
         directory = self.rig.cni_results
         return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+    def shim_calls(self) -> list[tuple[str, str]]:
+        """``(CNI_COMMAND, K8S_POD_NAME)`` of every shim containerd is running right now (read
+        from ``/proc``: the runtime execs ``<bin_dir>/multus-shim``)."""
+        shim = str(self.rig.bin_dir / "multus-shim").encode()
+        calls: list[tuple[str, str]] = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if shim not in (entry / "cmdline").read_bytes().split(b"\0"):
+                    continue
+                raw = (entry / "environ").read_bytes()
+            except OSError:
+                continue  # gone meanwhile
+            env = dict(v.decode().partition("=")[::2] for v in raw.split(b"\0") if b"=" in v)
+            args = dict(a.partition("=")[::2] for a in env.get("CNI_ARGS", "").split(";"))
+            calls.append((env.get("CNI_COMMAND", ""), args.get("K8S_POD_NAME", "")))
+        return calls
 
     def daemon_requests(self, command: str, container_id: str) -> list[str]:
         """The daemon's one log line per answered request of ``command`` for the container."""
