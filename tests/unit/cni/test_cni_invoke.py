@@ -6,6 +6,7 @@ import asyncio
 import errno
 import logging
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -216,3 +217,121 @@ async def test_text_file_busy_gives_up(make_plugin: MakePlugin) -> None:
     assert len(sleeps) == 5
     busy = os.strerror(errno.ETXTBSY).lower()
     assert info.value.msg == f"netplugin failed with no error message: fork/exec {path}: {busy}"
+
+
+def _not_running(pid: int) -> bool:
+    """Gone, or a zombie: killed, even if whoever inherited it has not reaped it yet."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def _group_plugin(bin_dir: Path, name: str) -> Path:
+    """A shell plugin whose ``sleep`` child outlives it unless the whole group is killed."""
+    path = bin_dir / name
+    path.write_text(f'#!/bin/sh\nsleep 1000 &\necho "$$ $!" > "{path}.pids"\nwait\n')
+    path.chmod(0o755)
+    return path
+
+
+async def _pids(path: Path) -> tuple[int, int]:
+    leader, child = (await _wait_for_file(Path(f"{path}.pids"))).split()
+    return int(leader), int(child)
+
+
+async def test_timeout_kills_the_plugins_whole_process_group(bin_dir: Path) -> None:
+    path = _group_plugin(bin_dir, "group")
+    executor = SubprocessExecutor(kill_grace=0.5)
+    with pytest.raises(CNIError) as info:
+        await executor.execute(str(path), b"{}", ENV, timeout=1.0)
+    assert info.value.code == invoke.TIMEOUT_CODE
+    leader, child = await _pids(path)
+    assert _gone(leader)
+    assert _not_running(child)
+
+
+async def test_cancellation_kills_the_plugins_whole_process_group(bin_dir: Path) -> None:
+    path = _group_plugin(bin_dir, "group")
+    task = asyncio.create_task(
+        SubprocessExecutor(kill_grace=0.5).execute(str(path), b"{}", ENV, timeout=None)
+    )
+    leader, child = await _pids(path)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _gone(leader)
+    assert _not_running(child)
+
+
+async def test_a_child_holding_stdout_after_the_plugin_exited_is_killed(bin_dir: Path) -> None:
+    # The plugin itself returns at once; its background child keeps the stdout pipe open,
+    # so the run only ends at the timeout, and the child must not survive it.
+    path = bin_dir / "leaves-child"
+    path.write_text(f'#!/bin/sh\nsleep 1000 &\necho "$!" > "{path}.pids"\nexit 0\n')
+    path.chmod(0o755)
+    with pytest.raises(CNIError):
+        await SubprocessExecutor(kill_grace=0.2).execute(str(path), b"{}", ENV, timeout=1.0)
+    child = int(await _wait_for_file(Path(f"{path}.pids")))
+    assert _not_running(child)
+
+
+async def test_the_request_deadline_bounds_a_plugin_without_a_timeout(bin_dir: Path) -> None:
+    path = _group_plugin(bin_dir, "group")
+    loop = asyncio.get_running_loop()
+    with invoke.plugin_deadline(loop.time() + 1.0), pytest.raises(CNIError) as info:
+        await SubprocessExecutor(kill_grace=0.2).execute(str(path), b"{}", ENV, timeout=None)
+    assert info.value.code == invoke.TIMEOUT_CODE
+    assert "the request's deadline" in info.value.msg
+    _, child = await _pids(path)
+    assert _not_running(child)
+
+
+async def test_the_shorter_of_plugin_timeout_and_deadline_wins(bin_dir: Path) -> None:
+    path = _group_plugin(bin_dir, "group")
+    loop = asyncio.get_running_loop()
+    with invoke.plugin_deadline(loop.time() + 60), pytest.raises(CNIError) as info:
+        await SubprocessExecutor(kill_grace=0.2).execute(str(path), b"{}", ENV, timeout=1.0)
+    assert "did not finish within 1s and was killed" in info.value.msg
+
+
+def test_deadline_scope_is_restored() -> None:
+    assert invoke.current_deadline() is None
+    with invoke.plugin_deadline(5.0):
+        with invoke.plugin_deadline(None):
+            assert invoke.current_deadline() is None
+        assert invoke.current_deadline() == 5.0
+    assert invoke.current_deadline() is None
+
+
+ADOPT = """
+import asyncio, sys
+from pathlib import Path
+from multusd.cni import invoke
+
+async def main() -> None:
+    invoke.adopt_orphans()
+    path = sys.argv[1]
+    try:
+        await invoke.SubprocessExecutor(kill_grace=0.2).execute(
+            path, b"{}", {"PATH": "/usr/bin:/bin"}, timeout=1.0
+        )
+    except invoke.CNIError:
+        pass
+    _, child = Path(path + ".pids").read_text().split()
+    print("reaped" if not Path("/proc/" + child).exists() else "left")
+
+asyncio.run(main())
+"""
+
+
+async def test_a_subreaper_daemon_reaps_the_killed_groups_orphans(bin_dir: Path) -> None:
+    # In its own process: becoming a child subreaper changes the whole process.
+    path = _group_plugin(bin_dir, "group")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ADOPT, str(path), stdout=asyncio.subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[3],
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert out.decode().strip() == "reaped"
