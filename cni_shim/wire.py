@@ -104,6 +104,30 @@ def _b64decode(text: str) -> bytes:
         raise gojsonerr.GoJSONError(f"illegal base64 data at input byte {len(data)}") from exc
 
 
+def _go_decoded(s: str) -> str:
+    """What Go's decoder makes of a JSON string: a lone surrogate escape (``"\\ud800"``) is
+    U+FFFD. Python keeps it, and the first ``encode()`` (a log line, a plugin's environment,
+    the error answer itself) would fail on it; a valid pair is already one character."""
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in s)
+    return s
+
+
+def _go_decoded_tree(value: Any) -> Any:
+    """:func:`_go_decoded` for every string (keys included) of a decoded JSON value."""
+    if isinstance(value, str):
+        return _go_decoded(value)
+    if isinstance(value, list):
+        return [_go_decoded_tree(item) for item in value]
+    if isinstance(value, dict):
+        return {_go_decoded(k): _go_decoded_tree(v) for k, v in value.items()}
+    return value
+
+
 def _decode_env(value: Any) -> dict[str, str]:
     if value is gojsonerr.MISSING or value is None:
         return {}
@@ -112,9 +136,9 @@ def _decode_env(value: Any) -> dict[str, str]:
     env: dict[str, str] = {}
     for key, item in value.items():
         if item is None:
-            env[key] = ""
+            env[_go_decoded(key)] = ""
         elif isinstance(item, str):
-            env[key] = item
+            env[_go_decoded(key)] = _go_decoded(item)
         else:
             raise gojsonerr.field_type_error(item, "Request", "env", "string")
     return env
@@ -133,6 +157,7 @@ def decode_request(body: bytes) -> tuple[dict[str, str], bytes, dict[str, Any] |
 
     Raises :class:`CNIError` (``DECODING_FAILURE``) with Go's decoder wording, e.g.
     ``json: cannot unmarshal object into Go struct field Request.config of type []uint8``.
+    Strings are what Go decodes: lone surrogate escapes become U+FFFD.
     ``interfaceAttributes`` is returned as the decoded object for the caller to interpret.
     """
     try:
@@ -150,9 +175,9 @@ def decode_request(body: bytes) -> tuple[dict[str, str], bytes, dict[str, Any] |
             raise gojsonerr.field_type_error(
                 attrs, "Request", "interfaceAttributes", "api.DelegateInterfaceAttributes"
             )
-        return env, config, attrs
+        return env, config, _go_decoded_tree(attrs)
     except gojsonerr.GoJSONError as exc:
-        raise CNIError(DECODING_FAILURE, str(exc)) from exc
+        raise CNIError(DECODING_FAILURE, _go_decoded(str(exc))) from exc
 
 
 ANSWER_VERSION_OLD = "1.0.0"

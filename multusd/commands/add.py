@@ -1,7 +1,8 @@
 """CNI ADD (reference §6): resolve delegates, cache them, run them in order, roll back on failure.
 
 Returns the master delegate's result, converted to the newest CNI version; the server encodes
-it and the shim converts it to the runtime's version.
+it and the shim converts it to the runtime's version. A cancelled ADD (a DEL superseded it, the
+runtime killed the shim, the daemon is stopping) rolls back the way a failing one does.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from cni_shim import results
 from cni_shim.errors import CNIError
 from multusd.cni.api import RuntimeConf
 from multusd.cni.args import K8sArgs, parse_k8s_args
+from multusd.cni.invoke import current_deadline, plugin_deadline
 from multusd.cni.routes import apply_default_routes, rewrite_cached_routes
 from multusd.commands import scratch
 from multusd.commands.context import CmdArgs, Services
@@ -35,6 +37,9 @@ from multusd.networks.resolve import add_pod_delegates, resolve_delegates
 
 log = logging.getLogger(__name__)
 
+ROLLBACK_SECONDS = 10.0
+"""The least time a rollback gets for its DELs, even when the ADD failed at its deadline."""
+
 
 def k8s_args_of(cmd: CmdArgs) -> K8sArgs:
     try:
@@ -50,16 +55,24 @@ async def _rollback(
     k8s: K8sArgs,
     delegates: list[Delegate],
 ) -> None:
-    """DEL the delegates from the failing one down to the first, ignoring errors (§6.9.4)."""
+    """DEL the delegates from the failing one down to the first, ignoring errors (§6.9.4).
+
+    It gets at least :data:`ROLLBACK_SECONDS` of plugin time, beyond the request's deadline if
+    need be: an ADD that failed *at* its deadline must still release what it took.
+    """
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
-    for index in range(len(delegates) - 1, -1, -1):
-        delegate = delegates[index]
-        rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args)
-        try:
-            await delegate_del(cni, delegate, rt)
-        except CNIError as exc:
-            log.warning("rollback of %s failed: %s", delegate.name, exc)
+    deadline = current_deadline()
+    if deadline is not None:
+        deadline = max(deadline, asyncio.get_running_loop().time() + ROLLBACK_SECONDS)
+    with plugin_deadline(deadline):
+        for index in range(len(delegates) - 1, -1, -1):
+            delegate = delegates[index]
+            rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args)
+            try:
+                await delegate_del(cni, delegate, rt)
+            except CNIError as exc:
+                log.warning("rollback of %s failed: %s", delegate.name, exc)
 
 
 async def _delegates(
@@ -146,36 +159,45 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
     env_args = services.environ.get("CNI_ARGS", "")
     found: list[dict[str, Any]] = []
     ifnames: list[str] = []
-    for index, delegate in enumerate(delegates):
-        try:
-            rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args, legacy=True)
-            if index == 0:
-                # The cache must be on disk before any delegate runs; checking the first
-                # interface name in the pod meanwhile takes that write off the critical path.
-                await _save_and_check(netconf, cmd, pod_label, delegates, rt)
-            if delegate.resource_name and delegate.device_id:
-                await copy_device_plugin_info(
-                    delegate.resource_name, delegate.device_id, delegate.name,
-                    cmd.container_id, rt.ifname,
-                )  # fmt: skip
-            with services.metrics.phase("delegate", plugin=delegate.plugin_type or delegate.name):
-                result = await delegate_add(cni, delegate, rt, ifname_checked=index == 0)
-        except CNIError as exc:
-            if isinstance(exc, _CacheNotSaved):
-                raise
-            await _rollback(services, netconf, cmd, k8s, delegates[: index + 1])
-            name = delegate.network_name
-            raise exc.with_prefix(
-                f"[{k8s.pod_namespace}/{k8s.pod_name}/{k8s.pod_uid}:{name}]: "
-                f'error adding container to network "{name}": '
-            ) from exc
-        latest = results.convert(result, results.LATEST)
-        found.append(latest)
-        ifnames.append(rt.ifname)
-        if results.has_interfaces_or_ips(latest):
-            await _default_routes(cmd, netconf, pod_label, delegate, rt.ifname)
-            record_added_interface(services, pod, latest, rt.ifname, delegate.name)
-        log.debug("added %s as %s", delegate.name, rt.ifname)
+    started = 0  # delegates whose ADD began: what a cancellation rolls back
+    try:
+        for index, delegate in enumerate(delegates):
+            started = index + 1
+            try:
+                rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args, legacy=True)
+                if index == 0:
+                    # The cache must be on disk before any delegate runs; checking the first
+                    # interface name in the pod meanwhile takes that write off the critical path.
+                    await _save_and_check(netconf, cmd, pod_label, delegates, rt)
+                if delegate.resource_name and delegate.device_id:
+                    await copy_device_plugin_info(
+                        delegate.resource_name, delegate.device_id, delegate.name,
+                        cmd.container_id, rt.ifname,
+                    )  # fmt: skip
+                plugin = delegate.plugin_type or delegate.name
+                with services.metrics.phase("delegate", plugin=plugin):
+                    result = await delegate_add(cni, delegate, rt, ifname_checked=index == 0)
+            except CNIError as exc:
+                if isinstance(exc, _CacheNotSaved):
+                    raise
+                await _rollback(services, netconf, cmd, k8s, delegates[: index + 1])
+                name = delegate.network_name
+                raise exc.with_prefix(
+                    f"[{k8s.pod_namespace}/{k8s.pod_name}/{k8s.pod_uid}:{name}]: "
+                    f'error adding container to network "{name}": '
+                ) from exc
+            latest = results.convert(result, results.LATEST)
+            found.append(latest)
+            ifnames.append(rt.ifname)
+            if results.has_interfaces_or_ips(latest):
+                await _default_routes(cmd, netconf, pod_label, delegate, rt.ifname)
+                record_added_interface(services, pod, latest, rt.ifname, delegate.name)
+            log.debug("added %s as %s", delegate.name, rt.ifname)
+    except asyncio.CancelledError:
+        if started:
+            log.info("ADD cancelled: rolling back %d delegate(s)", started)
+            await _rollback(services, netconf, cmd, k8s, delegates[:started])
+        raise
     if services.pods is not None:
         attached = list(zip(delegates, found, ifnames, strict=True))
         with services.metrics.phase("status_write"):

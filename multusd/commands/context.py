@@ -6,13 +6,14 @@ recording executor or a real one, and the server builds one per daemon.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from multusd.cni.api import CNI
-from multusd.cni.invoke import PluginExecutor
+from multusd.cni.invoke import PluginExecutor, plugin_deadline
 from multusd.k8s.events import EventRecorder
 from multusd.k8s.pods import PodLookup
 from multusd.metrics import Recorder
@@ -38,6 +39,10 @@ class CmdArgs:
     config: bytes
     """The Multus config after the server-config override."""
     request_id: str = field(default_factory=next_request_id)
+    deadline: float | None = None
+    """When the request must be over (event-loop time; ``None``: never). The server sets it
+    from ``requestTimeoutSeconds`` and runs the command in :func:`request_scope`, so every
+    plugin run on its behalf is killed when it passes; other waits may bound themselves by it."""
 
     def describe(self) -> str:
         """Upstream's error-context prefix: every non-CNI error of a pod command carries it."""
@@ -45,6 +50,14 @@ class CmdArgs:
             f'ContainerID:"{self.container_id}" Netns:"{self.netns}" IfName:"{self.ifname}" '
             f'Args:"{self.args}" Path:"" ERRORED: '
         )
+
+
+@contextlib.contextmanager
+def request_scope(cmd: CmdArgs) -> Iterator[None]:
+    """Run a command for ``cmd``: its plugins stop at ``cmd.deadline``, however deep they are
+    started (a context variable of the request's task, see ``multusd.cni.invoke``)."""
+    with plugin_deadline(cmd.deadline):
+        yield
 
 
 @dataclass(frozen=True, slots=True)

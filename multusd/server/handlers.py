@@ -2,12 +2,18 @@
 
 Every failure leaves here as HTTP 400 with a CNI error object (``code``, ``msg``, ``details``),
 so the code a plugin or the daemon chose reaches the runtime. Upstream's shim understands that
-body too (it decodes CNI error objects before falling back to text).
+body too (it decodes CNI error objects before falling back to text). A request that cannot even
+be read or decoded is logged in one line, never with a traceback: hostile input is not a bug.
+
+Each request runs as a task of the :class:`ContainerQueue` (its container's turn, the caps, a
+superseding DEL, its deadline); when its client goes away (aiohttp's ``handler_cancellation``,
+set in ``app.py``) the handler is cancelled and cancels the request with it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -16,13 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from cni_shim import gojson, results, wire
-from cni_shim.errors import INTERNAL, INVALID_ENVIRONMENT, CNIError
+from cni_shim.errors import DECODING_FAILURE, INTERNAL, INVALID_ENVIRONMENT, IO_FAILURE, CNIError
 from multusd.cni.args import parse_envelope_args
-from multusd.commands.add import add
+from multusd.commands.add import ROLLBACK_SECONDS, add
 from multusd.commands.check import check
-from multusd.commands.context import CmdArgs, Services
+from multusd.commands.context import CmdArgs, Services, request_scope
 from multusd.commands.delete import delete
 from multusd.commands.gc import gc
 from multusd.commands.hotplug import hotplug as run_hotplug
@@ -32,12 +39,18 @@ from multusd.config.schema import decode
 from multusd.errors import internal
 from multusd.logs import request_id
 from multusd.networks.netconf import NetConf
-from multusd.server.concurrency import KeyedLocks, RequestGate
+from multusd.server.concurrency import ContainerQueue, RequestGate
+from multusd.server.settings import ServerSettings, load_server_settings
+from multusd.server.validate import check_config_text, check_env_text, check_pod_env
 
 log = logging.getLogger(__name__)
 
 POD_COMMANDS = ("ADD", "DEL", "CHECK")
 NODE_COMMANDS = ("GC", "STATUS")
+
+CANCEL_GRACE = ROLLBACK_SECONDS + 5.0
+"""After its deadline a request's plugins are killed and it rolls back; only if it is still
+running this much later (something other than a plugin hangs) is it cancelled outright."""
 
 
 @dataclass
@@ -57,11 +70,18 @@ def _env_error(msg: str) -> CNIError:
     return CNIError(INVALID_ENVIRONMENT, msg)
 
 
+class _BodyError(CNIError):
+    """The body could not be read at all: answered, and the connection closed."""
+
+    __slots__ = ()
+
+
 def build_cmd_args(env: dict[str, str], config: bytes, *, pod_context: bool = False) -> CmdArgs:
     """Upstream ``extractCniData`` (reference §2.4 steps 2–5), without the override.
 
     ``pod_context`` demands the pod's variables for every command (``/delegate`` does).
     """
+    check_env_text(env)
     command = env.get("CNI_COMMAND")
     if not command:
         raise _env_error("unexpected or missing CNI_COMMAND")
@@ -89,11 +109,17 @@ def build_cmd_args(env: dict[str, str], config: bytes, *, pod_context: bool = Fa
             "required CNI variable missing. pod name: "
             f"{pairs['K8S_POD_NAME']}; pod namespace: {pairs['K8S_POD_NAMESPACE']}"
         )
+    container_id = env["CNI_CONTAINERID"]
+    netns = env.get("CNI_NETNS", "")
+    ifname = env.get("CNI_IFNAME")
+    if command in POD_COMMANDS:
+        # Before anything uses them: the ID and the name end up in file names.
+        check_pod_env(command, container_id, netns, ifname)
     return CmdArgs(
         command=command,
-        container_id=env["CNI_CONTAINERID"],
-        netns=env.get("CNI_NETNS", ""),
-        ifname=env.get("CNI_IFNAME") or "eth0",
+        container_id=container_id,
+        netns=netns,
+        ifname=ifname or "eth0",  # missing (and, on DEL, empty): eth0, as upstream
         args=cni_args,
         config=config,
     )
@@ -126,7 +152,9 @@ def error_response(err: CNIError) -> web.Response:
     since a runtime must never read a failure as code 0."""
     if err.code == 0:
         err = CNIError(INTERNAL, err.msg, err.details)
-    return web.Response(status=400, body=err.to_json().encode(), content_type="application/json")
+    # "replace": the last line of defence; decoding already turned lone surrogates into U+FFFD.
+    body = err.to_json().encode("utf-8", "replace")
+    return web.Response(status=400, body=body, content_type="application/json")
 
 
 @dataclass
@@ -136,9 +164,17 @@ class Handlers:
     ignore_readiness: bool
     state: DaemonState
     gate: RequestGate = field(default_factory=lambda: RequestGate(None))
-    containers: KeyedLocks = field(default_factory=KeyedLocks)
     readiness_check: Callable[[], Awaitable[None]] | None = None
     """Benchmark-only (``benchmarkReadinessStat``): the seed's per-request readiness stat."""
+    settings: ServerSettings | None = None
+    """The server's limits; ``None``: read from ``daemon_raw`` (a bad value: ``ConfigError``)."""
+    limits: ServerSettings = field(init=False)
+    queue: ContainerQueue = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limits = self.settings or load_server_settings(self.daemon_raw)
+        limits = self.limits
+        self.queue = ContainerQueue(limits.max_pending_per_container, limits.max_pending, self.gate)
 
     async def cni(self, request: web.Request) -> web.Response:
         return await self._serve(request, hotplug=False)
@@ -174,38 +210,66 @@ class Handlers:
         command = _COMMANDS.get(cmd.command)
         return None if command is None else (lambda: command(cmd, self.services))
 
-    async def _handle(self, request: web.Request, started: float, hotplug: bool) -> web.Response:
-        body = await request.read()
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The whole body within ``requestBodyTimeoutSeconds``; unreadable bodies are CNI errors.
+
+        A body that is too large raises aiohttp's 413 (answered by ``app.upstream_errors``).
+        """
+        limit = self.limits.body_timeout
         try:
+            async with asyncio.timeout(limit):
+                return await request.read()
+        except TimeoutError:
+            raise _BodyError(
+                IO_FAILURE, f"the request body did not arrive within {limit:g}s"
+            ) from None
+        except (HttpProcessingError, web.RequestPayloadError) as exc:  # bad encoding, chunks
+            reason = " ".join(str(exc).split())  # aiohttp's texts span lines
+            raise _BodyError(
+                DECODING_FAILURE, f"could not read the request body: {reason}"
+            ) from None
+
+    async def _handle(self, request: web.Request, started: float, hotplug: bool) -> web.Response:
+        try:
+            body = await self._read_body(request)
             env, stdin, attributes = wire.decode_request(body)
             cmd = build_cmd_args(env, stdin, pod_context=hotplug)
+            check_config_text(stdin)
+            config = cmd.config
             if not hotplug:  # /delegate's config is the plugin's own: not a Multus config
                 config = override_config(
                     cmd.config, self.daemon_raw, ignore_readiness=self.ignore_readiness
                 )
-                cmd = CmdArgs(
-                    cmd.command, cmd.container_id, cmd.netns, cmd.ifname, cmd.args, config
-                )
+            deadline = asyncio.get_running_loop().time() + self.limits.request_timeout
+            cmd = dataclasses.replace(cmd, config=config, deadline=deadline)
             runner = self._runner(cmd, attributes, hotplug)
         except CNIError as exc:
             log.info("%s rejected: %s", request.path, exc)
-            return error_response(exc)
+            response = error_response(exc)
+            if isinstance(exc, _BodyError):
+                response.force_close()  # the rest of the body is not worth waiting for
+            return response
         if runner is None:
             return error_response(_env_error(f"unknown cmd type: {cmd.command}"))
         request_id.set(cmd.request_id)  # this task's log lines carry it from here on
+        assert cmd.deadline is not None
         try:
-            # Node-level commands (GC, STATUS) have no container to serialise on.
-            serial = (
-                self.containers.hold(cmd.container_id)
-                if cmd.container_id
-                else contextlib.nullcontext()
+            result = await self.queue.run(
+                cmd.container_id or None,  # node-level commands (GC, STATUS) have none
+                functools.partial(self._work, cmd, runner),
+                deadline=cmd.deadline + CANCEL_GRACE,
+                supersedable=not hotplug and cmd.command in ("ADD", "CHECK"),
+                supersedes=not hotplug and cmd.command == "DEL",
+                urgent=cmd.command == "DEL",
             )
-            if self.readiness_check is not None and cmd.command in ("ADD", "CHECK"):
-                await self.readiness_check()
-            async with self.gate.slot(), serial:
-                result = await runner()
         except CNIError as exc:
             outcome: CNIError | None = self._wrap(cmd, exc, hotplug)
+        except asyncio.CancelledError:
+            log.info(
+                "%s %s container=%s cancelled after %.1fms: the client closed its connection",
+                request.path, cmd.command, cmd.container_id, (time.monotonic() - started) * 1000,
+            )  # fmt: skip
+            raise
         except Exception as exc:  # a bug must not kill the daemon or hang the runtime
             log.exception("%s failed unexpectedly", cmd.command)
             outcome = self._wrap(cmd, internal(f"internal error: {exc!r}"), hotplug)
@@ -236,6 +300,20 @@ class Handlers:
             return web.Response(body=body, content_type="application/json")
         except CNIError as exc:
             return error_response(exc.with_prefix("failed to generate the CNI result: "))
+
+    async def _work(
+        self, cmd: CmdArgs, runner: Callable[[], Awaitable[dict[str, Any] | None]]
+    ) -> dict[str, Any] | None:
+        """The request's turn (its container's, and a ``connectionLimit`` slot): the command,
+        its plugins bound by the request's deadline."""
+        if self.readiness_check is not None and cmd.command in ("ADD", "CHECK"):
+            await self.readiness_check()
+        with request_scope(cmd):
+            return await runner()
+
+    async def cancel_all(self) -> None:
+        """Shutdown: cancel every request still running (plugins killed, ADDs rolled back)."""
+        await self.queue.cancel_all()
 
     @staticmethod
     def _wrap(cmd: CmdArgs, err: CNIError, hotplug: bool = False) -> CNIError:

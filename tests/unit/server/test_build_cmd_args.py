@@ -79,14 +79,51 @@ def test_del_without_netns_accepted() -> None:
     assert cmd.netns == ""
 
 
-def test_empty_values_are_fine() -> None:
-    cmd = build_cmd_args(env(CNI_CONTAINERID="", CNI_NETNS=""), CONFIG)
-    assert (cmd.container_id, cmd.netns) == ("", "")
+def test_del_accepts_an_empty_netns_and_ifname() -> None:
+    cmd = build_cmd_args(env(CNI_COMMAND="DEL", CNI_NETNS="", CNI_IFNAME=""), CONFIG)
+    assert (cmd.container_id, cmd.netns, cmd.ifname) == ("cid", "", "eth0")
 
 
-@pytest.mark.parametrize("value", [None, ""])
-def test_ifname_defaults_to_eth0(value: str | None) -> None:
-    assert build_cmd_args(env(CNI_IFNAME=value), CONFIG).ifname == "eth0"
+@pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK"])
+def test_a_missing_ifname_defaults_to_eth0(command: str) -> None:
+    assert build_cmd_args(env(CNI_COMMAND=command, CNI_IFNAME=None), CONFIG).ifname == "eth0"
+
+
+# The values end up in file names (<cniDir>/<containerID>, result caches), netlink calls and
+# plugin environments: libcni's rules and texts, before anything touches the filesystem.
+INVALID = [
+    ("ADD", {"CNI_CONTAINERID": ""}, 3, "missing containerID"),
+    ("DEL", {"CNI_CONTAINERID": ""}, 3, "missing containerID"),
+    ("ADD", {"CNI_CONTAINERID": "/tmp/x"}, 4, "invalid characters in containerID"),
+    ("DEL", {"CNI_CONTAINERID": "../../x"}, 4, "invalid characters in containerID"),
+    ("CHECK", {"CNI_CONTAINERID": "a/b"}, 4, "invalid characters in containerID"),
+    ("DEL", {"CNI_CONTAINERID": "-x"}, 4, "invalid characters in containerID"),
+    ("ADD", {"CNI_IFNAME": ""}, 4, "interface name is empty"),
+    ("CHECK", {"CNI_IFNAME": ""}, 4, "interface name is empty"),
+    ("ADD", {"CNI_IFNAME": "x" * 16}, 4, "interface name is too long"),
+    ("DEL", {"CNI_IFNAME": "a/b"}, 4, "interface name contains / or : or whitespace characters"),
+    ("ADD", {"CNI_IFNAME": "."}, 4, "interface name is . or .."),
+    ("ADD", {"CNI_NETNS": ""}, 4, 'CNI_NETNS must be an absolute path, got ""'),
+    ("CHECK", {"CNI_NETNS": "ns"}, 4, 'CNI_NETNS must be an absolute path, got "ns"'),
+    ("DEL", {"CNI_NETNS": "ns"}, 4, 'CNI_NETNS must be an absolute path, got "ns"'),
+    ("ADD", {"CNI_NETNS": "/x\x00"}, 4, "CNI_NETNS contains a NUL character"),
+    ("ADD", {"CNI_IFNAME": "e\x00"}, 4, "CNI_IFNAME contains a NUL character"),
+    ("DEL", {"CNI_ARGS": ARGS + "\x00"}, 4, "CNI_ARGS contains a NUL character"),
+]
+
+
+@pytest.mark.parametrize(("command", "change", "code", "msg"), INVALID)
+def test_pod_values_are_validated(
+    command: str, change: dict[str, str], code: int, msg: str
+) -> None:
+    with pytest.raises(CNIError) as info:
+        build_cmd_args(env(CNI_COMMAND=command, **change), CONFIG)
+    assert (info.value.code, info.value.msg) == (code, msg)
+
+
+def test_hotplug_requests_are_validated_too() -> None:
+    with pytest.raises(CNIError, match="invalid characters in containerID"):
+        build_cmd_args(env(CNI_CONTAINERID="/x"), CONFIG, pod_context=True)
 
 
 @pytest.mark.parametrize(("args", "part"), [("", ""), (ARGS + ";", ""), ("A=b=c;" + ARGS, "A=b=c")])

@@ -1,0 +1,117 @@
+"""The daemon's unix-socket site: aiohttp's, except for what a connection's end means.
+
+When the peer's side of a connection ends, asyncio asks the protocol whether to keep the
+transport open; aiohttp always says no, so a client that sends its request and then shuts down
+its write side (``shutdown(SHUT_WR)``, ``curl --no-keepalive`` style, Go's ``CloseWrite``) never
+gets an answer -- and with ``handler_cancellation`` its request is even cancelled. On a unix
+socket the two cases can be told apart at that moment: a peer that *closed* (the runtime killed
+the shim) has shut down both directions, which ``poll()`` reports as ``POLLHUP``; a peer that
+only half-closed has not. The first is cancelled, the second is answered, then the connection
+is closed. (Should a half-closed peer die later, that is noticed when the answer is written.)
+
+Bad HTTP, which aiohttp answers itself, gets a CNI error object here too.
+
+The daemon serves through :class:`UnixSocketSite` instead of ``web.SockSite``; everything else
+(``handler_cancellation``, the timeouts, the quiet logger) also works with aiohttp's site,
+through the app's ``handler_args``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import select
+import socket
+import sys
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_request import BaseRequest
+
+from cni_shim.errors import DECODING_FAILURE, CNIError
+from multusd.server.handlers import Handlers, error_response
+
+
+class OneLineLogger(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's protocol logger, with every ``exception()`` reduced to one warning line.
+
+    aiohttp logs a malformed request (bad HTTP, a broken chunk, a client that vanished) with
+    ``logger.exception``: a traceback per request, which a fuzzer or a confused client turns
+    into a flood. The reason is all an operator needs.
+    """
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        error = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        reason = f"{type(error).__name__}: {error}" if error is not None else "unknown"
+        self.logger.warning(f"{msg}: %s", *args, reason.replace("\n", " "))
+
+
+def protocol_options(handlers: Handlers) -> dict[str, Any]:
+    """The keyword arguments every connection's aiohttp protocol gets: through the app's
+    ``handler_args`` and through :class:`UnixSocketSite` (why each: ``server.app``'s docstring)."""
+    return {
+        "handler_cancellation": True,
+        "keepalive_timeout": handlers.limits.header_timeout,
+        "logger": OneLineLogger(logging.getLogger("aiohttp.server"), {}),
+    }
+
+
+def peer_hung_up(transport: asyncio.BaseTransport | None) -> bool:
+    """Whether the peer closed its socket entirely (not just its write side)."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), 0)  # POLLHUP and POLLERR are always reported
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+
+
+class HalfCloseProtocol(web.RequestHandler):
+    """aiohttp's protocol, answering clients that half-closed (see the module docstring)."""
+
+    peer_half_closed = False
+    """Set once the peer shut down its write side; ``app`` then closes after the answer."""
+
+    # aiohttp annotates None; asyncio's contract is "true keeps the transport open".
+    def eof_received(self) -> bool:  # type: ignore[override]
+        if peer_hung_up(self.transport):
+            return False  # gone: aiohttp closes, and the handler is cancelled
+        self.peer_half_closed = True
+        return True  # keep the transport open for the answer
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)  # logs (one line), may raise
+        text = message or (str(exc) if exc is not None else "") or f"HTTP {status}"
+        text = " ".join(text.split())  # aiohttp's parser errors draw a caret on a second line
+        response = error_response(CNIError(DECODING_FAILURE, f"bad HTTP request: {text}"))
+        if 400 <= status < 500:
+            response.set_status(status)
+        response.force_close()
+        return response
+
+
+class UnixSocketSite(web.SockSite):
+    """``web.SockSite`` with :class:`HalfCloseProtocol` connections and our protocol options."""
+
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, handlers: Handlers) -> None:
+        super().__init__(runner, sock)
+        self._options: dict[str, Any] = protocol_options(handlers)
+        self._options.pop("handler_cancellation")  # the Server's, set through the app
+        self._options["access_log"] = None  # as the daemon's runner: no access log
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+
+        def protocol() -> HalfCloseProtocol:
+            return HalfCloseProtocol(server, loop=loop, **self._options)
+
+        self._server = await loop.create_server(protocol, sock=self._sock, backlog=self._backlog)

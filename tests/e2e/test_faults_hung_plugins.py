@@ -1,0 +1,166 @@
+"""No request can wedge the daemon: a plugin that hangs on ADD is killed with its whole process
+group when the runtime gives up (the shim is killed), when a DEL for the same container comes,
+when the request's deadline passes, or when the daemon is stopped; its partial work is rolled
+back, no address leaks, and the probes keep answering meanwhile (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import pod_env, shim_config
+from tests.e2e.faults import HangRig, hang_rig, no_traceback, wait_gone
+from tests.e2e.harness import Daemon, run_shim
+
+StartDaemon = Callable[..., Awaitable[Daemon]]
+MakeNetns = Callable[[], Awaitable[str]]
+
+
+async def _rig_daemon(
+    start_daemon: StartDaemon, workdir: Path, bridge_name: str, **extra: Any
+) -> tuple[Daemon, HangRig]:
+    rig = hang_rig(workdir)
+    daemon = await start_daemon(
+        delegates=rig.delegates(bridge_name, workdir), binDir=str(rig.bin_dir), **extra
+    )
+    return daemon, rig
+
+
+async def _start_shim(
+    shim: Path, command: str, config: dict[str, Any], env: dict[str, str]
+) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        str(shim),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env, "CNI_COMMAND": command},
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(config).encode())
+    proc.stdin.close()
+    return proc
+
+
+async def _healthy(daemon: Daemon) -> bool:
+    async with asyncio.timeout(10):
+        return (await daemon.request("GET", "/healthz"))[0] == 200
+
+
+async def test_a_killed_shim_cancels_its_add_and_kills_the_plugin_group(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
+) -> None:
+    daemon, rig = await _rig_daemon(start_daemon, workdir, bridge_name)
+    env = pod_env(await netns())
+    cid = env["CNI_CONTAINERID"]
+    shim = await _start_shim(shim_path, "ADD", shim_config(daemon), env)
+    leader, child = await rig.pids(cid)
+    assert rig.reserved_ips(), "the cluster network got its address before the hang"
+    shim.kill()  # what containerd does when its own deadline passes
+    await shim.wait()
+    assert await wait_gone(leader, child), "the plugin and its child are killed and reaped"
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
+    assert deleted.returncode == 0, deleted
+    assert rig.reserved_ips() == []
+    assert not (daemon.cni_dir / cid).exists()
+    assert "cancelled" in daemon.log()
+    assert no_traceback(daemon.log())
+
+
+async def test_a_del_supersedes_a_hung_add_of_the_same_container(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
+) -> None:
+    daemon, rig = await _rig_daemon(start_daemon, workdir, bridge_name)
+    env = pod_env(await netns())
+    cid = env["CNI_CONTAINERID"]
+    add = asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=env))
+    leader, child = await rig.pids(cid)
+    # A second ADD for the same sandbox (a runtime retry) waits behind the first.
+    retry = asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=env))
+    await asyncio.sleep(0.5)
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
+    assert deleted.returncode == 0, deleted
+    for superseded in await asyncio.gather(add, retry):
+        assert superseded.returncode == 1
+        assert "superseded by a DEL" in superseded.json()["msg"], superseded
+    assert await wait_gone(leader, child)
+    assert rig.reserved_ips() == [], "the cluster network's address is released"
+    assert not (daemon.cni_dir / cid).exists()
+    assert no_traceback(daemon.log())
+
+
+async def test_the_plugin_timeout_kills_the_group_and_rolls_back(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
+) -> None:
+    daemon, rig = await _rig_daemon(start_daemon, workdir, bridge_name, pluginTimeoutSeconds=1)
+    env = pod_env(await netns())
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 1
+    error = added.json()
+    assert error["code"] == 11, error
+    assert "did not finish within 1s and was killed" in error["msg"]
+    leader, child = await rig.pids(env["CNI_CONTAINERID"])
+    assert await wait_gone(leader, child)
+    assert rig.reserved_ips() == []
+
+
+async def test_the_request_deadline_bounds_a_plugin_without_a_timeout(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
+) -> None:
+    daemon, rig = await _rig_daemon(start_daemon, workdir, bridge_name, requestTimeoutSeconds=2)
+    env = pod_env(await netns())
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
+    assert added.returncode == 1
+    error = added.json()
+    assert error["code"] == 11, error
+    assert "the request's deadline" in error["msg"]
+    leader, child = await rig.pids(env["CNI_CONTAINERID"])
+    assert await wait_gone(leader, child)
+    assert rig.reserved_ips() == []
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
+    assert deleted.returncode == 0, deleted
+
+
+async def test_probes_answer_while_plugins_hang(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
+) -> None:
+    daemon, rig = await _rig_daemon(start_daemon, workdir, bridge_name, connectionLimit=2)
+    envs = [pod_env(await netns()) for _ in range(3)]
+    adds = [
+        asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=e)) for e in envs
+    ]
+    async with asyncio.timeout(60):  # two of them hang; the third waits for a slot
+        while len(list(rig.pids_dir.iterdir())) < 2:
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    assert len(list(rig.pids_dir.iterdir())) == 2, "connectionLimit holds the third back"
+    for _ in range(5):
+        assert await _healthy(daemon)
+        async with asyncio.timeout(10):
+            assert (await daemon.request("GET", "/readyz"))[0] == 200
+    for env in envs:
+        assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+    await asyncio.gather(*adds)
+    assert rig.reserved_ips() == []
+
+
+async def test_sigterm_with_a_hung_add_exits_and_leaves_no_plugin(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
+) -> None:
+    daemon, rig = await _rig_daemon(start_daemon, workdir, bridge_name)
+    env = pod_env(await netns())
+    add = asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=env))
+    leader, child = await rig.pids(env["CNI_CONTAINERID"])
+    # Inside the DaemonSet's 30 s grace period: the 10 s drain, then cancel, kill, roll back.
+    assert await daemon.stop(signal.SIGTERM, timeout=30) == 0, daemon.log()
+    assert await wait_gone(leader, child, timeout=5)
+    added = await add
+    assert added.returncode == 1
+    assert rig.reserved_ips() == [], "the cancelled ADD was rolled back"
+    assert no_traceback(daemon.log())
