@@ -67,6 +67,7 @@ from multusd.networks.podnetworks import KubeNetworks
 from multusd.server.app import build_app
 from multusd.server.concurrency import RequestGate
 from multusd.server.handlers import DaemonState, Handlers
+from multusd.server.listener import UnixSocketSite
 from multusd.server.socket import BoundSocket, bind_socket, prepare_socket_dir
 
 log = logging.getLogger(__name__)
@@ -314,7 +315,7 @@ async def serving(
     )
     await runner.setup()
     try:
-        await web.SockSite(runner, sock.sock).start()
+        await UnixSocketSite(runner, sock.sock, handlers).start()
         log.info("listening on %s (%s)", config.socket_path, state.ready_reason)
         yield runner
     finally:

@@ -47,13 +47,6 @@ def _cni_error(status: int, body: bytes) -> dict[str, object]:
     return error  # type: ignore[no-any-return]
 
 
-# multusd/daemon.py still serves through aiohttp's SockSite; these two need its connections
-# to use server.listener's protocol (a one-line change there, see docs/reliability.md). Strict:
-# they start failing as XPASS the day the daemon uses it, and the marks go.
-NEEDS_LISTENER = pytest.mark.xfail(
-    strict=True, reason="daemon.py does not serve through multusd.server.listener yet"
-)
-
 SURROGATE = "\ud800"  # json.dumps writes it as the escape "\ud800": a lone surrogate
 
 SURROGATES = [
@@ -95,10 +88,8 @@ async def test_lone_surrogates_get_a_cni_error(
 BAD_BODIES = [
     pytest.param({"Content-Encoding": "gzip"}, b"\x1f\x8b\x08\x00garbage", id="invalid-gzip"),
     pytest.param({"Content-Encoding": "deflate"}, b"not deflate at all", id="invalid-deflate"),
-    pytest.param(
-        {"Content-Encoding": "br"}, b"\xff\xff\xff", id="invalid-brotli", marks=NEEDS_LISTENER
-    ),
-    pytest.param({"Content-Encoding": "deflate"}, b"{}", id="tiny-deflate", marks=NEEDS_LISTENER),
+    pytest.param({"Content-Encoding": "br"}, b"\xff\xff\xff", id="invalid-brotli"),
+    pytest.param({"Content-Encoding": "deflate"}, b"{}", id="tiny-deflate"),
     pytest.param({}, b"\xff\xfe\x00garbage", id="binary"),
     pytest.param({}, b"[1, 2, 3]", id="json-array"),
     pytest.param({}, b'{"env": {"CNI_COMMAND": 1}}', id="env-not-strings"),
@@ -143,7 +134,6 @@ async def test_bad_http_gets_a_400_and_no_traceback(
     assert no_traceback(daemon.log())
 
 
-@NEEDS_LISTENER
 async def test_a_half_closed_client_still_gets_its_answer(
     start_daemon: StartDaemon, conflist_file: Path
 ) -> None:
