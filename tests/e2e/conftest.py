@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from multusd.kubesim import KubeSim, Settings
 from multusd.shim_install import install_shim
 from tests.e2e.harness import PLUGIN_DIR, Daemon, ip, short_id
 
@@ -68,6 +69,14 @@ async def netns() -> AsyncIterator[Callable[[], Awaitable[str]]]:
     yield make
     for name in created:
         await ip("netns", "del", name, check=False)
+
+
+@pytest_asyncio.fixture
+async def kubesim() -> AsyncIterator[KubeSim]:
+    """The API emulator, in process, with bookmarks every second (so watches resume quickly).
+    A test module that needs other settings defines its own ``kubesim``."""
+    async with KubeSim(Settings(bookmark_interval=1.0)) as sim:
+        yield sim
 
 
 @pytest.fixture

@@ -7,11 +7,12 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,22 @@ REPO = Path(__file__).resolve().parents[2]
 
 def short_id() -> str:
     return uuid.uuid4().hex[:8]
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
+    """Poll ``check`` until it holds; the timeout only keeps a broken test from hanging."""
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.05)
+
+
+async def until_logged(daemon: Daemon, what: str | re.Pattern[str], timeout: float = 30) -> None:
+    """Wait (bounded) until the daemon's log contains ``what`` (a string, or a pattern searched
+    for): the log is how a test sees a stage the daemon reaches with no other sign outside."""
+    if isinstance(what, str):
+        await eventually(lambda: what in daemon.log(), timeout)
+    else:
+        await eventually(lambda: what.search(daemon.log()) is not None, timeout)
 
 
 @dataclass

@@ -5,59 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-import pytest_asyncio
-
-from multusd.kubesim import KubeSim, Settings
+from multusd.kubesim import KubeSim
 from multusd.kubesim.faults import ErrorRule
-from tests.e2e.conftest import pod_env, shim_config
+from tests.e2e.conftest import shim_config
 from tests.e2e.harness import Daemon, addresses, run_shim
+from tests.e2e.kube import (
+    NETWORK_STATUS,
+    create_pod,
+    readyz,
+    start_kube,
+    uid_env,
+    unreachable_kubeconfig,
+)
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
-NODE = "node-e2e"
-STATUS = "k8s.v1.cni.cncf.io/network-status"
-
-
-@pytest_asyncio.fixture
-async def kubesim() -> AsyncIterator[KubeSim]:
-    async with KubeSim(Settings(bookmark_interval=1.0)) as sim:
-        yield sim
-
-
-def _create_pod(kubesim: KubeSim, name: str, **annotations: str) -> str:
-    """Create a pod on our node; returns the UID the API server gave it."""
-    pod = kubesim.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
-        }
-    )
-    return str(pod["metadata"]["uid"])
-
-
-async def _start(
-    start_daemon: StartDaemon, kubesim: KubeSim, workdir: Path, conflist: Path, **extra: Any
-) -> Daemon:
-    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
-    return await start_daemon(
-        env={"MULTUS_NODE_NAME": NODE},
-        kubeconfig=str(kubeconfig),
-        clusterNetwork=str(conflist),
-        **extra,
-    )
-
-
-def _uid_env(netns_name: str, pod: str, uid: str) -> dict[str, str]:
-    env = pod_env(netns_name, pod=pod)
-    env["CNI_ARGS"] = env["CNI_ARGS"].replace(f"K8S_POD_UID=uid-{env['CNI_CONTAINERID']}", "")
-    env["CNI_ARGS"] += f"K8S_POD_UID={uid}"
-    return env
 
 
 async def test_cached_pod_costs_no_reads_and_one_status_patch(
@@ -68,24 +33,23 @@ async def test_cached_pod_costs_no_reads_and_one_status_patch(
     workdir: Path,
     conflist_file: Path,
 ) -> None:
-    uid = _create_pod(kubesim, "web")
-    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
-    status, body = await daemon.request("GET", "/readyz")
-    assert (status, json.loads(body)["caches"]) == (200, "caches synced")
+    uid = create_pod(kubesim, "web")
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
+    assert await readyz(daemon) == (200, "caches synced")
     name = await netns()
-    env = _uid_env(name, "web", uid)
+    env = uid_env(name, "web", uid)
     kubesim.stats.reset()
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
     assert kubesim.stats.count("get", "pods") == 0
     assert kubesim.stats.count("patch", "pods", "status") == 1
     pod = kubesim.get("pods", "default", "web", group="", version="v1")
-    statuses = json.loads(pod["metadata"]["annotations"][STATUS])
+    statuses = json.loads(pod["metadata"]["annotations"][NETWORK_STATUS])
     assert statuses[0]["name"] == "testnet"
     assert statuses[0]["interface"] == "eth0"
     assert statuses[0]["default"] is True
     assert statuses[0]["ips"][0].startswith("10.251.0.")
-    assert pod["metadata"]["annotations"][STATUS].startswith('[{\n    "name": "testnet",')
+    assert pod["metadata"]["annotations"][NETWORK_STATUS].startswith('[{\n    "name": "testnet",')
     # The AddedInterface event is posted in the background, after the ADD returned.
     async with asyncio.timeout(10):
         while kubesim.stats.count("create", "events") < 1:
@@ -107,11 +71,13 @@ async def test_protobuf_pod_cache(
     conflist_file: Path,
 ) -> None:
     """The same zero-read ADD with pods read as Kubernetes protobuf."""
-    uid = _create_pod(kubesim, "web")
-    daemon = await _start(start_daemon, kubesim, workdir, conflist_file, kubeClientProtobuf=True)
+    uid = create_pod(kubesim, "web")
+    daemon = await start_kube(
+        start_daemon, kubesim, workdir, conflist_file, kubeClientProtobuf=True
+    )
     pod_reads = [r for r in kubesim.stats.requests() if r.resource == "pods"]
     assert pod_reads and all("protobuf" in r.content_type for r in pod_reads if r.verb == "list")
-    env = _uid_env(await netns(), "web", uid)
+    env = uid_env(await netns(), "web", uid)
     kubesim.stats.reset()
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
@@ -128,9 +94,11 @@ async def test_direct_get_switch_reads_the_pod_on_every_request(
     conflist_file: Path,
 ) -> None:
     """``benchmarkDirectPodGet``: the seed's lookups (one GET per ADD and per DEL), for A/B runs."""
-    uid = _create_pod(kubesim, "web")
-    daemon = await _start(start_daemon, kubesim, workdir, conflist_file, benchmarkDirectPodGet=True)
-    env = _uid_env(await netns(), "web", uid)
+    uid = create_pod(kubesim, "web")
+    daemon = await start_kube(
+        start_daemon, kubesim, workdir, conflist_file, benchmarkDirectPodGet=True
+    )
+    env = uid_env(await netns(), "web", uid)
     kubesim.stats.reset()
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
@@ -149,12 +117,12 @@ async def test_pod_hidden_from_the_watch_is_found_by_the_fallback_get(
     workdir: Path,
     conflist_file: Path,
 ) -> None:
-    _create_pod(kubesim, "static-web", **{"kubernetes.io/config.source": "file"})
+    create_pod(kubesim, "static-web", **{"kubernetes.io/config.source": "file"})
     kubesim.faults.hide("default", "static-web")
-    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
     kubesim.stats.reset()
-    env = _uid_env(name, "static-web", "some-other-uid")  # static pods skip the UID check
+    env = uid_env(name, "static-web", "some-other-uid")  # static pods skip the UID check
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
     assert kubesim.stats.count("get", "pods") == 1
@@ -170,9 +138,9 @@ async def test_missing_pod_gets_an_empty_result_and_no_networks(
     workdir: Path,
     conflist_file: Path,
 ) -> None:
-    daemon = await _start(start_daemon, kubesim, workdir, conflist_file, podGetTimeoutSeconds=2)
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file, podGetTimeoutSeconds=2)
     name = await netns()
-    env = _uid_env(name, "ghost", "uid-ghost")
+    env = uid_env(name, "ghost", "uid-ghost")
     added = await run_shim(shim_path, "ADD", shim_config(daemon, "0.3.1"), env=env)
     assert added.returncode == 0, added
     result = added.json()
@@ -190,9 +158,9 @@ async def test_uid_mismatch_fails_add_but_not_del(
     workdir: Path,
     conflist_file: Path,
 ) -> None:
-    uid = _create_pod(kubesim, "web")
-    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
-    env = _uid_env(await netns(), "web", "uid-old")
+    uid = create_pod(kubesim, "web")
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
+    env = uid_env(await netns(), "web", "uid-old")
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 1
     assert f'expected pod UID "uid-old" but got "{uid}" from Kube API' in added.json()["msg"]
@@ -207,10 +175,10 @@ async def test_pod_deleted_before_del(
     workdir: Path,
     conflist_file: Path,
 ) -> None:
-    uid = _create_pod(kubesim, "web")
-    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "web")
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
-    env = _uid_env(name, "web", uid)
+    env = uid_env(name, "web", uid)
     assert (await run_shim(shim_path, "ADD", shim_config(daemon), env=env)).returncode == 0
     kubesim.delete("pods", "default", "web", group="", version="v1")
     deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
@@ -226,29 +194,24 @@ async def test_status_write_survives_transient_api_errors(
     workdir: Path,
     conflist_file: Path,
 ) -> None:
-    uid = _create_pod(kubesim, "web")
-    daemon = await _start(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "web")
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     kubesim.faults.errors.append(ErrorRule(code=500, verb="patch", resource="pods", count=2))
-    env = _uid_env(await netns(), "web", uid)
+    env = uid_env(await netns(), "web", uid)
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
     pod = kubesim.get("pods", "default", "web", group="", version="v1")
-    assert STATUS in pod["metadata"]["annotations"]
+    assert NETWORK_STATUS in pod["metadata"]["annotations"]
     assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
 
 
 async def test_serves_after_a_bounded_wait_when_the_api_is_down(
     start_daemon: StartDaemon, workdir: Path, conflist_file: Path
 ) -> None:
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
-    )
+    kubeconfig = unreachable_kubeconfig(workdir)
     daemon = await start_daemon(
         kubeconfig=str(kubeconfig), clusterNetwork=str(conflist_file), cacheSyncTimeoutSeconds=1
     )
-    status, body = await daemon.request("GET", "/readyz")
+    status, caches = await readyz(daemon)
     assert status == 200
-    assert json.loads(body)["caches"].startswith("caches not synced after 1s")
+    assert caches.startswith("caches not synced after 1s")

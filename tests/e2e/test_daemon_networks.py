@@ -14,13 +14,12 @@ import pytest
 import pytest_asyncio
 
 from multusd.kubesim import KubeSim
-from tests.e2e.conftest import bridge_plugin, pod_env, shim_config
+from tests.e2e.conftest import bridge_plugin, shim_config
 from tests.e2e.harness import Daemon, addresses, ip, run_shim, short_id
+from tests.e2e.kube import NETWORK_STATUS, create_pod, start_kube, uid_env
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
-NODE = "node-nets"
-STATUS = "k8s.v1.cni.cncf.io/network-status"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 NAD_API = "k8s.cni.cncf.io/v1"
 
@@ -51,27 +50,6 @@ def _nad(name: str, config: dict[str, Any] | None, namespace: str = "default") -
     }
 
 
-def _pod(kubesim: KubeSim, name: str, namespace: str = "default", **annotations: str) -> str:
-    pod = kubesim.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
-        }
-    )
-    return str(pod["metadata"]["uid"])
-
-
-def _env(netns_name: str, pod: str, uid: str, namespace: str = "default") -> dict[str, str]:
-    env = pod_env(netns_name, pod=pod)
-    env["CNI_ARGS"] = (
-        f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};"
-        f"K8S_POD_INFRA_CONTAINER_ID={env['CNI_CONTAINERID']};K8S_POD_UID={uid}"
-    )
-    return env
-
-
 @pytest_asyncio.fixture
 async def nets(kubesim: KubeSim, workdir: Path, parent: str, bridge_name: str) -> dict[str, str]:
     """NADs: a bridge (with tuning for MACs) and a macvlan with static IPs."""
@@ -99,31 +77,19 @@ async def nets(kubesim: KubeSim, workdir: Path, parent: str, bridge_name: str) -
     await ip("link", "del", second_bridge, check=False)
 
 
-async def _daemon(
-    start_daemon: StartDaemon, kubesim: KubeSim, workdir: Path, conflist: Path, **extra: Any
-) -> Daemon:
-    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
-    return await start_daemon(
-        env={"MULTUS_NODE_NAME": NODE},
-        kubeconfig=str(kubeconfig),
-        clusterNetwork=str(conflist),
-        **extra,
-    )
-
-
 def _status(kubesim: KubeSim, pod: str, namespace: str = "default") -> list[dict[str, Any]]:
     obj = kubesim.get("pods", namespace, pod)
-    return list(json.loads(obj["metadata"]["annotations"][STATUS]))
+    return list(json.loads(obj["metadata"]["annotations"][NETWORK_STATUS]))
 
 
 async def test_text_annotation_with_interface_names(
     start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
     shim_path: Path, workdir: Path, conflist_file: Path,
 ) -> None:  # fmt: skip
-    uid = _pod(kubesim, "web", **{NETWORKS: "bridge-net@blue, default/bridge-net"})
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "web", **{NETWORKS: "bridge-net@blue, default/bridge-net"})
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
-    env = _env(name, "web", uid)
+    env = uid_env(name, "web", uid)
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
     addrs = await addresses(name)
@@ -152,10 +118,10 @@ async def test_json_annotation_ips_mac_and_default_route(
             "default-route": ["10.251.30.1"],
         }
     ]
-    uid = _pod(kubesim, "db", **{NETWORKS: json.dumps(selection)})
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "db", **{NETWORKS: json.dumps(selection)})
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
-    env = _env(name, "db", uid)
+    env = uid_env(name, "db", uid)
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
     assert "10.251.30.7/24" in (await addresses(name))["mv1"]
@@ -174,10 +140,10 @@ async def test_default_network_annotation_replaces_the_cluster_network(
     start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
     shim_path: Path, workdir: Path, conflist_file: Path,
 ) -> None:  # fmt: skip
-    uid = _pod(kubesim, "alt", **{"v1.multus-cni.io/default-network": "bridge-net"})
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "alt", **{"v1.multus-cni.io/default-network": "bridge-net"})
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
-    env = _env(name, "alt", uid)
+    env = uid_env(name, "alt", uid)
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
     assert (await addresses(name))["eth0"][0].startswith("10.251.20.")
@@ -203,10 +169,12 @@ async def test_annotation_errors(
     start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
     shim_path: Path, workdir: Path, conflist_file: Path,
 ) -> None:  # fmt: skip
-    uid = _pod(kubesim, "bad", **{NETWORKS: annotation})
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file, namespaceIsolation=True)
+    uid = create_pod(kubesim, "bad", **{NETWORKS: annotation})
+    daemon = await start_kube(
+        start_daemon, kubesim, workdir, conflist_file, namespaceIsolation=True
+    )
     name = await netns()
-    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=_env(name, "bad", uid))
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=uid_env(name, "bad", uid))
     assert added.returncode == 1
     error = added.json()
     assert "error loading k8s delegates k8s args" in error["msg"]
@@ -218,11 +186,11 @@ async def test_missing_nad_records_a_warning_event(
     start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
     shim_path: Path, workdir: Path, conflist_file: Path,
 ) -> None:  # fmt: skip
-    uid = _pod(kubesim, "lost", **{NETWORKS: "nope"})
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "lost", **{NETWORKS: "nope"})
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
     assert (
-        await run_shim(shim_path, "ADD", shim_config(daemon), env=_env(name, "lost", uid))
+        await run_shim(shim_path, "ADD", shim_config(daemon), env=uid_env(name, "lost", uid))
     ).returncode == 1
     async with asyncio.timeout(10):
         while kubesim.stats.count("create", "events") < 1:
@@ -233,10 +201,10 @@ async def test_failing_second_network_rolls_back_the_first(
     start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
     shim_path: Path, workdir: Path, conflist_file: Path,
 ) -> None:  # fmt: skip
-    uid = _pod(kubesim, "half", **{NETWORKS: "bridge-net,broken-net"})
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "half", **{NETWORKS: "bridge-net,broken-net"})
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
-    env = _env(name, "half", uid)
+    env = uid_env(name, "half", uid)
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 1
     assert 'error adding container to network "broken-net"' in added.json()["msg"]
@@ -248,14 +216,14 @@ async def test_del_after_the_pod_is_gone_and_after_a_restart(
     start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
     shim_path: Path, workdir: Path, conflist_file: Path,
 ) -> None:  # fmt: skip
-    uid = _pod(kubesim, "gone", **{NETWORKS: "bridge-net"})
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "gone", **{NETWORKS: "bridge-net"})
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
-    env = _env(name, "gone", uid)
+    env = uid_env(name, "gone", uid)
     assert (await run_shim(shim_path, "ADD", shim_config(daemon), env=env)).returncode == 0
     kubesim.delete("pods", "default", "gone")
     assert await daemon.stop() == 0
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
     assert set(await addresses(name)) == {"lo"}
 
@@ -264,10 +232,10 @@ async def test_del_without_a_cache_rebuilds_from_the_pod(
     start_daemon: StartDaemon, kubesim: KubeSim, nets: dict[str, str], netns: MakeNetns,
     shim_path: Path, workdir: Path, conflist_file: Path,
 ) -> None:  # fmt: skip
-    uid = _pod(kubesim, "nocache", **{NETWORKS: "bridge-net"})
-    daemon = await _daemon(start_daemon, kubesim, workdir, conflist_file)
+    uid = create_pod(kubesim, "nocache", **{NETWORKS: "bridge-net"})
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
-    env = _env(name, "nocache", uid)
+    env = uid_env(name, "nocache", uid)
     assert (await run_shim(shim_path, "ADD", shim_config(daemon), env=env)).returncode == 0
     (daemon.cni_dir / env["CNI_CONTAINERID"]).unlink()  # an older daemon's node, say
     assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
@@ -293,7 +261,7 @@ async def test_resource_name_nad_gets_its_device(
     nad = _nad("sriov-net", {"cniVersion": "1.0.0", "type": "recorder"})
     nad["metadata"]["annotations"] = {"k8s.v1.cni.cncf.io/resourceName": "intel.com/sriov"}
     kubesim.create(nad)
-    uid = _pod(kubesim, "dev", **{NETWORKS: "sriov-net"})
+    uid = create_pod(kubesim, "dev", **{NETWORKS: "sriov-net"})
     checkpoint = workdir / "kubelet_internal_checkpoint"
     checkpoint.write_text(json.dumps({"Data": {"PodDeviceEntries": [{
         "PodUID": uid, "ContainerName": "c", "ResourceName": "intel.com/sriov",
@@ -301,13 +269,13 @@ async def test_resource_name_nad_gets_its_device(
     }]}}))  # fmt: skip
     for real in ("bridge", "host-local", "tuning"):  # the cluster network's plugins
         (bin_dir / real).symlink_to(f"/usr/lib/cni/{real}")
-    daemon = await _daemon(
+    daemon = await start_kube(
         start_daemon, kubesim, workdir, conflist_file,
         binDir=str(bin_dir), kubeletPodResourcesSocket=str(workdir / "absent.sock"),
         deviceCheckpointFile=str(checkpoint),
     )  # fmt: skip
     name = await netns()
-    env = _env(name, "dev", uid)
+    env = uid_env(name, "dev", uid)
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
     stdin = json.loads(record.read_text())

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from tests.e2e.conftest import pod_env, write_json
-from tests.e2e.harness import Daemon, addresses, run_shim
+from tests.e2e.harness import Daemon, addresses, eventually, run_shim, until_logged
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -34,19 +34,13 @@ def _auto(workdir: Path, conflist: Path, **extra: Any) -> dict[str, Any]:
     }
 
 
-async def _eventually(check: Callable[[], bool], timeout: float = 20) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.05)
-
-
 async def test_generated_config_drives_the_real_shim(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path,
     conflist_file: Path,
 ) -> None:  # fmt: skip
     daemon = await start_daemon(**_auto(workdir, conflist_file))
     generated = workdir / "cni" / "00-multus.conf"
-    await _eventually(generated.exists)
+    await eventually(generated.exists)
     conf = json.loads(generated.read_text())
     assert conf["type"] == "multus-shim" and conf["name"] == "multus-cni-network"
     assert conf["clusterNetwork"] == str(conflist_file)
@@ -67,14 +61,14 @@ async def test_regenerated_when_the_primary_changes(
 ) -> None:
     await start_daemon(**_auto(workdir, conflist_file))
     generated = workdir / "cni" / "00-multus.conf"
-    await _eventually(generated.exists)
+    await eventually(generated.exists)
     assert "capabilities" not in json.loads(generated.read_text())
     primary = json.loads(conflist_file.read_text())
     primary["plugins"].append({"type": "portmap", "capabilities": {"portMappings": True}})
     tmp = conflist_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(primary))
     tmp.replace(conflist_file)  # an atomic replace, as network operators do
-    await _eventually(lambda: "capabilities" in json.loads(generated.read_text()))
+    await eventually(lambda: "capabilities" in json.loads(generated.read_text()))
     assert json.loads(generated.read_text())["capabilities"] == {"portMappings": True}
 
 
@@ -83,7 +77,7 @@ async def test_keep_config_on_exit(
 ) -> None:
     daemon = await start_daemon(**_auto(workdir, conflist_file, keepConfigOnExit=True))
     generated = workdir / "cni" / "00-multus.conf"
-    await _eventually(generated.exists)
+    await eventually(generated.exists)
     assert await daemon.stop() == 0
     assert generated.exists()
 
@@ -96,7 +90,7 @@ async def test_readiness_indicator_removed_exits_2_and_removes_the_config(
     ready.write_text("ok")
     daemon = await start_daemon(**_auto(workdir, conflist_file, readinessindicatorfile=str(ready)))
     generated = workdir / "cni" / "00-multus.conf"
-    await _eventually(generated.exists)
+    await eventually(generated.exists)
     # A rotation (atomic replace) is not a loss.
     rotated = ready.with_suffix(".new")
     rotated.write_text("ok again")
@@ -120,7 +114,7 @@ async def test_readiness_stat_switch_stalls_requests_instead_of_exiting(
     extra = {"readinessindicatorfile": str(ready), "benchmarkReadinessStat": True}
     daemon = await start_daemon(**_auto(workdir, conflist_file, **extra))
     generated = workdir / "cni" / "00-multus.conf"
-    await _eventually(generated.exists)
+    await eventually(generated.exists)
     ready.unlink()
     env = pod_env(await netns())
     add = asyncio.create_task(run_shim(shim_path, "ADD", generated.read_bytes(), env=env))
@@ -161,7 +155,7 @@ async def test_sigterm_lets_an_in_flight_add_finish(
     assert status == 200
     deleted = await run_shim(shim_path, "DEL", config, env=other)
     assert deleted.returncode == 0, deleted
-    await _eventually(lambda: "DEL container=" + other["CNI_CONTAINERID"] in daemon.log(), 10)
+    await until_logged(daemon, "DEL container=" + other["CNI_CONTAINERID"], 10)
     added = await add
     assert added.returncode == 0, added
     assert await asyncio.wait_for(daemon.proc.wait(), 30) == 0

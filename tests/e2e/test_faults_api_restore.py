@@ -10,7 +10,6 @@ from its cache within seconds. Real daemon, real shim, real plugins; the emulato
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -19,12 +18,12 @@ import pytest
 import pytest_asyncio
 
 from multusd.kubesim import KubeSim, Settings
-from tests.e2e.conftest import pod_env, shim_config
-from tests.e2e.harness import Daemon, ShimRun, addresses, run_shim
+from tests.e2e.conftest import shim_config
+from tests.e2e.harness import Daemon, ShimRun, addresses, run_shim, until_logged
+from tests.e2e.kube import create_pod, start_kube, uid_env
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
-NODE = "node-e2e"
 
 
 @pytest_asyncio.fixture(params=[True, False], ids=["streaming-lists", "server-without-them"])
@@ -35,32 +34,11 @@ async def kubesim(request: pytest.FixtureRequest) -> AsyncIterator[KubeSim]:
         yield sim
 
 
-def _create_pod(kubesim: KubeSim, name: str) -> str:
-    pod = kubesim.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
-        }
-    )
-    return str(pod["metadata"]["uid"])
-
-
-def _env(netns_name: str, pod: str, uid: str) -> dict[str, str]:
-    env = pod_env(netns_name, pod=pod)
-    env["CNI_ARGS"] = env["CNI_ARGS"].replace(f"K8S_POD_UID=uid-{env['CNI_CONTAINERID']}", "")
-    env["CNI_ARGS"] += f"K8S_POD_UID={uid}"
-    return env
-
-
 async def _pods_listed_at(daemon: Daemon, version: int, timeout: float = 20.0) -> None:
     """Wait (bounded) for the daemon to report its pod cache replaced by a list at ``version``:
     the reflector logs that line after the swap."""
     line = re.compile(rf"reflector pods: listed \d+ objects at resourceVersion {version}\b")
-    async with asyncio.timeout(timeout):
-        while not line.search(daemon.log()):
-            await asyncio.sleep(0.05)
+    await until_logged(daemon, line, timeout)
 
 
 async def test_restore_to_an_older_version_relists_and_adds_succeed(
@@ -72,21 +50,16 @@ async def test_restore_to_an_older_version_relists_and_adds_succeed(
     conflist_file: Path,
 ) -> None:
     backup = kubesim.snapshot()  # taken before the pods exist
-    old = {name: _create_pod(kubesim, name) for name in ("web", "db")}
+    old = {name: create_pod(kubesim, name) for name in ("web", "db")}
     for i in range(30):  # the versions the daemon sees run ahead of what the restore reaches
         kubesim.patch("pods", "default", "db", {"metadata": {"annotations": {"n": str(i)}}})
     seen = kubesim.store.resource_version
-    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
-    daemon = await start_daemon(
-        env={"MULTUS_NODE_NAME": NODE},
-        kubeconfig=str(kubeconfig),
-        clusterNetwork=str(conflist_file),
-    )
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     await _pods_listed_at(daemon, seen)  # its first list
 
     kubesim.stats.reset()
     kubesim.restore(backup)
-    new = {name: _create_pod(kubesim, name) for name in ("web", "db")}
+    new = {name: create_pod(kubesim, name) for name in ("web", "db")}
     restored = kubesim.store.resource_version
     assert restored < seen and not set(new.values()) & set(old.values())
 
@@ -106,7 +79,7 @@ async def test_restore_to_an_older_version_relists_and_adds_succeed(
         assert relist.verb == "list"
 
     name = await netns()
-    env = _env(name, "web", new["web"])
+    env = uid_env(name, "web", new["web"])
     kubesim.stats.reset()
     added: ShimRun = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
@@ -114,7 +87,7 @@ async def test_restore_to_an_older_version_relists_and_adds_succeed(
     assert "eth0" in await addresses(name)
     # The stale UID is what is refused now.
     stale = await run_shim(
-        shim_path, "ADD", shim_config(daemon), env=_env(await netns(), "db", old["db"])
+        shim_path, "ADD", shim_config(daemon), env=uid_env(await netns(), "db", old["db"])
     )
     assert stale.returncode == 1
     assert f'expected pod UID "{old["db"]}" but got "{new["db"]}"' in stale.json()["msg"]

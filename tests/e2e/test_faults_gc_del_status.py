@@ -5,28 +5,19 @@ API server, and STATUS answers code 50 at once when the daemon is not there."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest_asyncio
-
-from multusd.kubesim import KubeSim, Settings
+from multusd.kubesim import KubeSim
 from tests.e2e.conftest import pod_env, shim_config
 from tests.e2e.harness import PLUGIN_DIR, Daemon, addresses, run_shim, short_id
+from tests.e2e.kube import create_pod, readyz, start_kube, uid_env
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
-NODE = "node-faults"
 NODE_ENV = {"CNI_PATH": PLUGIN_DIR}
-
-
-@pytest_asyncio.fixture
-async def kubesim() -> AsyncIterator[KubeSim]:
-    async with KubeSim(Settings(bookmark_interval=1.0)) as sim:
-        yield sim
 
 
 def _leases(workdir: Path) -> dict[str, str]:
@@ -147,27 +138,11 @@ async def test_gc_before_any_pod_has_nothing_to_collect(
 # --- DEL with neither a cache nor a pod -------------------------------------------------------
 
 
-def _create_pod(kubesim: KubeSim, name: str) -> str:
-    pod = kubesim.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
-        }
-    )
-    return str(pod["metadata"]["uid"])
-
-
 async def _start_kube(
     start_daemon: StartDaemon, kubesim: KubeSim, workdir: Path, conflist: Path
 ) -> Daemon:
-    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
-    daemon = await start_daemon(
-        env={"MULTUS_NODE_NAME": NODE}, kubeconfig=str(kubeconfig), clusterNetwork=str(conflist)
-    )
-    status, body = await daemon.request("GET", "/readyz")
-    assert (status, json.loads(body)["caches"]) == (200, "caches synced")
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist)
+    assert await readyz(daemon) == (200, "caches synced")
     return daemon
 
 
@@ -185,11 +160,10 @@ async def test_del_without_cache_or_pod_frees_the_cluster_network_from_the_cache
     network's DEL (so its address is released; upstream returns without deleting anything)
     and succeeds.
     """
-    uid = _create_pod(kubesim, "web")
+    uid = create_pod(kubesim, "web")
     daemon = await _start_kube(start_daemon, kubesim, workdir, conflist_file)
     name = await netns()
-    env = pod_env(name, pod="web")
-    env["CNI_ARGS"] = env["CNI_ARGS"].replace(f"uid-{env['CNI_CONTAINERID']}", uid)
+    env = uid_env(name, "web", uid)
     assert (await run_shim(shim_path, "ADD", shim_config(daemon), env=env)).returncode == 0
     assert set(_leases(workdir).values()) == {env["CNI_CONTAINERID"]}
 

@@ -18,7 +18,6 @@ wait, the 45 s readiness wait, 60 s+ of aiohttp shutdown), never speed assertion
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import stat
@@ -28,21 +27,23 @@ from typing import Any
 
 import pytest_asyncio
 
-from multusd.kubesim import KubeSim, Settings
+from multusd.kubesim import KubeSim
 from multusd.kubesim.faults import ErrorRule
 from tests.e2e.conftest import daemon_config, pod_env, shim_config
-from tests.e2e.harness import Daemon, run_shim
+from tests.e2e.harness import Daemon, eventually, run_shim, until_logged
+from tests.e2e.kube import (
+    NETWORK_STATUS,
+    create_pod,
+    readyz,
+    start_kube,
+    uid_env,
+    unreachable_kubeconfig,
+    until_caches,
+)
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
-NODE = "node-faults"
 GRACE = 30  # manifests/base/daemonset.yaml: terminationGracePeriodSeconds
-
-
-async def _eventually(check: Callable[[], bool], timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.05)
 
 
 async def _sigterm_and_wait(daemon: Daemon, bound: float) -> int:
@@ -90,7 +91,7 @@ async def test_sigterm_while_waiting_for_the_primary_config(
     empty = workdir / "primary"
     empty.mkdir()
     daemon = await unready(**_auto(workdir, empty))
-    await _eventually(lambda: "waiting for a primary CNI config" in daemon.log())
+    await until_logged(daemon, "waiting for a primary CNI config")
     assert await _sigterm_and_wait(daemon, 60) == 0, daemon.log()  # the wait is 120 s
     assert "received SIGTERM while waiting for the primary CNI config" in daemon.log()
     assert not (workdir / "cni" / "00-multus.conf").exists()
@@ -103,7 +104,7 @@ async def test_sigterm_while_waiting_for_the_readiness_indicator(
     daemon = await unready(
         clusterNetwork=str(conflist_file), readinessindicatorfile=str(workdir / "not-yet")
     )
-    await _eventually(lambda: "waiting for the readiness indicator" in daemon.log())
+    await until_logged(daemon, "waiting for the readiness indicator")
     assert await _sigterm_and_wait(daemon, 40) == 0, daemon.log()  # the wait is 45 s
     assert not os.path.exists(daemon.socket_path)
 
@@ -111,16 +112,11 @@ async def test_sigterm_while_waiting_for_the_readiness_indicator(
 async def test_sigterm_while_waiting_for_the_caches(
     unready: Callable[..., Awaitable[Daemon]], workdir: Path, conflist_file: Path
 ) -> None:
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
-    )
+    kubeconfig = unreachable_kubeconfig(workdir)
     daemon = await unready(
         kubeconfig=str(kubeconfig), clusterNetwork=str(conflist_file), cacheSyncTimeoutSeconds=300
     )
-    await _eventually(lambda: "waiting for the caches" in daemon.log())
+    await until_logged(daemon, "waiting for the caches")
     assert os.path.exists(daemon.socket_path)  # bound before the caches fill, as upstream
     assert await _sigterm_and_wait(daemon, 60) == 0, daemon.log()
     assert not os.path.exists(daemon.socket_path)  # what it created is gone
@@ -145,7 +141,7 @@ async def test_a_worker_thread_stuck_on_io_cannot_hold_the_exit(
     primary.mkdir()
     os.mkfifo(primary / "10-stuck.conflist")
     daemon = await unready(**_auto(workdir, primary))
-    await _eventually(lambda: _reading_fifo(daemon))  # a worker thread is in the blocking open
+    await eventually(lambda: _reading_fifo(daemon))  # a worker thread is in the blocking open
     assert await _sigterm_and_wait(daemon, GRACE + 30) == 0, daemon.log()
     assert "still running" in daemon.log()
 
@@ -182,7 +178,7 @@ async def test_sigterm_with_a_plugin_that_will_not_finish_exits_within_the_grace
     add = asyncio.create_task(
         run_shim(shim_path, "ADD", shim_config(daemon), env=pod_env(await netns()))
     )
-    await _eventually(pid_file.exists)
+    await eventually(pid_file.exists)
     await asyncio.sleep(0.2)
     plugin = int(pid_file.read_text())
     assert await _sigterm_and_wait(daemon, GRACE) == 0, daemon.log()
@@ -218,7 +214,7 @@ async def test_sigterm_during_a_short_add_lets_it_finish(
     add = asyncio.create_task(
         run_shim(shim_path, "ADD", shim_config(daemon), env=pod_env(await netns()))
     )
-    await _eventually(started.exists)
+    await eventually(started.exists)
     assert await _sigterm_and_wait(daemon, GRACE) == 0, daemon.log()
     added = await add
     assert added.returncode == 0, added
@@ -228,52 +224,20 @@ async def test_sigterm_during_a_short_add_lets_it_finish(
 # --- the API server -------------------------------------------------------------------------
 
 
-@pytest_asyncio.fixture
-async def kubesim() -> AsyncIterator[KubeSim]:
-    async with KubeSim(Settings(bookmark_interval=1.0)) as sim:
-        yield sim
-
-
-def _create_pod(kubesim: KubeSim, name: str) -> str:
-    pod = kubesim.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
-        }
-    )
-    return str(pod["metadata"]["uid"])
-
-
-async def _readyz(daemon: Daemon) -> tuple[int, str]:
-    status, body = await daemon.request("GET", "/readyz")
-    return status, str(json.loads(body)["caches"])
-
-
 async def test_readyz_tells_the_truth_while_the_api_server_is_away(
     start_daemon: StartDaemon, kubesim: KubeSim, workdir: Path, conflist_file: Path
 ) -> None:
-    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
-    daemon = await start_daemon(
-        env={"MULTUS_NODE_NAME": NODE},
-        kubeconfig=str(kubeconfig),
-        clusterNetwork=str(conflist_file),
-    )
-    assert await _readyz(daemon) == (200, "caches synced")
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
+    assert await readyz(daemon) == (200, "caches synced")
     await kubesim.stop()
-    async with asyncio.timeout(60):
-        while "failing since" not in (reason := (await _readyz(daemon))[1]):
-            await asyncio.sleep(0.1)
-    status, reason = await _readyz(daemon)
+    await until_caches(daemon, lambda reason: "failing since" in reason)
+    status, reason = await readyz(daemon)
     assert status == 200  # cached pods can still be served: the shim must not refuse them
     assert reason.startswith("caches synced; ")
     assert "pods: no watch, failing since" in reason
     assert "TransportError" in reason
     await kubesim.start()
-    async with asyncio.timeout(60):
-        while (await _readyz(daemon))[1] != "caches synced":
-            await asyncio.sleep(0.1)
+    await until_caches(daemon, lambda reason: reason == "caches synced")
 
 
 async def test_the_status_patch_outlasts_a_run_of_429s(
@@ -284,22 +248,16 @@ async def test_the_status_patch_outlasts_a_run_of_429s(
     workdir: Path,
     conflist_file: Path,
 ) -> None:
-    uid = _create_pod(kubesim, "web")
-    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
-    daemon = await start_daemon(
-        env={"MULTUS_NODE_NAME": NODE},
-        kubeconfig=str(kubeconfig),
-        clusterNetwork=str(conflist_file),
-    )
+    uid = create_pod(kubesim, "web")
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file)
     kubesim.faults.errors.append(
         ErrorRule(code=429, verb="patch", resource="pods", subresource="status", count=6)
     )
     kubesim.stats.reset()
-    env = pod_env(await netns(), pod="web")
-    env["CNI_ARGS"] = env["CNI_ARGS"].replace(f"uid-{env['CNI_CONTAINERID']}", uid)
+    env = uid_env(await netns(), "web", uid)
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added
     pod = kubesim.get("pods", "default", "web", group="", version="v1")
-    assert "k8s.v1.cni.cncf.io/network-status" in pod["metadata"]["annotations"]
+    assert NETWORK_STATUS in pod["metadata"]["annotations"]
     assert kubesim.stats.count_code(429, "patch", "pods") == 6
     assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
