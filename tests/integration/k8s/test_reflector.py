@@ -150,6 +150,19 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> No
             await asyncio.sleep(0.01)
 
 
+async def synced(store: Store, timeout: float = 10.0) -> None:
+    """Wait (bounded) for the reflector's first list to fill ``store``."""
+    async with asyncio.timeout(timeout):
+        await store.synced.wait()
+
+
+def expire_and_drop(sim: KubeSim) -> None:
+    """The next watch gets a 410 (its version is gone) and the current ones end: the
+    reflector must relist rather than resume."""
+    sim.expire_next_watches(1)
+    sim.drop_watches("eof")
+
+
 def seed(sim: KubeSim, count: int, prefix: str = "seed") -> None:
     for i in range(count):
         sim.create(pod(f"{prefix}-{i}", node=NODE if i % 2 == 0 else "node2"))
@@ -168,8 +181,7 @@ async def test_initial_list_sync_and_events(sim: KubeSim, client: KubeClient) ->
     store = Store()
     reflector = pod_reflector(client, store)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         assert cached(store) == sim_pods(sim)
         assert store.get("default", "seed-0") == trim_pod(sim.get("pods", "default", "seed-0"))
         # 20 pods plus nothing else, 7 per page: three pages, one list.
@@ -197,8 +209,7 @@ async def test_initial_list_sync_and_events(sim: KubeSim, client: KubeClient) ->
 async def test_wait_for_object_created_later(sim: KubeSim, client: KubeClient) -> None:
     store = Store()
     async with running(pod_reflector(client, store)):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         loop = asyncio.get_running_loop()
         waiter = asyncio.create_task(store.wait_for("default", "late", loop.time() + 10))
         await asyncio.sleep(0.1)
@@ -227,8 +238,7 @@ async def test_node_field_selector(sim: KubeSim, client: KubeClient) -> None:
     seed(sim, 10)
     store = Store()
     async with running(pod_reflector(client, store, field_selector=f"spec.nodeName={NODE}")):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         assert cached(store) == sim_pods(sim, NODE)
         assert len(store) == 5
         # A pod scheduled onto the node later arrives (ADDED as it enters the selector)...
@@ -259,8 +269,7 @@ async def test_nad_reflector(sim: KubeSim, client: KubeClient) -> None:
         client, NADS, store, trim=trim_nad, settings=FAST, name="network-attachment-definitions"
     )
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         got = store.get("default", "macvlan")
         assert got is not None and got["spec"]["config"] == config
         loop = asyncio.get_running_loop()
@@ -286,8 +295,7 @@ async def test_expired_continue_token_restarts_the_list(sim: KubeSim, client: Ku
         await wait_until(lambda: sim.stats.count("list", "pods") >= 2)
         sim.create(pod("during-list"))
         sim.compact()
-        async with asyncio.timeout(15):
-            await store.synced.wait()
+        await synced(store, 15)
         sim.faults.latency.clear()
         await churn(sim, "after", count=10)
         await converged(sim, store)
@@ -307,8 +315,7 @@ async def test_dropped_watch_resumes_without_loss(
     store = Store()
     reflector = pod_reflector(client, store)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         for round_ in range(3):
             await churn(sim, f"d{round_}", fault=lambda: sim.drop_watches(mode))
         await converged(sim, store)
@@ -323,14 +330,9 @@ async def test_forced_410_relists(sim: KubeSim, client: KubeClient) -> None:
     store = Store()
     reflector = pod_reflector(client, store)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
 
-        def expire() -> None:
-            sim.expire_next_watches(1)
-            sim.drop_watches("eof")
-
-        await churn(sim, "g", fault=expire)
+        await churn(sim, "g", fault=lambda: expire_and_drop(sim))
         await converged(sim, store)
         stats = reflector.statistics()
         assert stats.relists_410 == 1 and stats.lists == 2
@@ -361,8 +363,7 @@ async def test_compacted_history_410_in_stream(sim: KubeSim, client: KubeClient)
     store = Store()
     reflector = pod_reflector(client, store)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         sim.faults.set_stall(True)
         await churn(sim, "k", count=10)
         sim.compact()
@@ -384,8 +385,7 @@ async def test_natural_410_once_the_watch_cache_moved_on(sim: KubeSim, client: K
     store = Store()
     reflector = pod_reflector(client, store)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         lists = reflector.statistics().lists
         sim.faults.set_stall(True)
         sim.create(pod("busy"))
@@ -411,8 +411,7 @@ async def test_errors_on_list_and_watch_back_off_and_recover(
     store = Store()
     reflector = pod_reflector(client, store)
     async with running(reflector):
-        async with asyncio.timeout(15):
-            await store.synced.wait()
+        await synced(store, 15)
         assert sim.stats.count_code(code, "list", "pods") == 2
 
         def fail_watches() -> None:
@@ -434,8 +433,7 @@ async def test_retry_after_is_honoured(sim: KubeSim, client: KubeClient) -> None
     settings = ReflectorSettings(backoff=(0.05, 5.0))
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
-        async with asyncio.timeout(15):
-            await store.synced.wait()
+        await synced(store, 15)
     lists = [r for r in sim.stats.requests() if r.verb == "list"]
     assert [r.code for r in lists[:2]] == [429, 200]
     # The second list waited for the server's Retry-After, not just the 50 ms first backoff.
@@ -450,8 +448,7 @@ async def test_stalled_stream_restarted_by_the_watchdog(sim: KubeSim, client: Ku
     )
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         await churn(sim, "before", count=5)
         await converged(sim, store)
         sim.faults.set_stall(True)  # open streams go silent: no events, no bookmarks
@@ -488,8 +485,7 @@ async def test_short_watches_are_backed_off(sim: KubeSim, client: KubeClient) ->
     )
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         deadline = asyncio.get_running_loop().time() + 1.0
         while asyncio.get_running_loop().time() < deadline:
             sim.drop_watches("eof")
@@ -504,8 +500,7 @@ async def test_cancellation_is_prompt_everywhere(sim: KubeSim, client: KubeClien
     store = Store()
     reflector = pod_reflector(client, store)
     async with running(reflector):  # watching
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
     sim.faults.errors.append(ErrorRule(500, resource="pods"))
     reflector = pod_reflector(client, Store(), settings=ReflectorSettings(backoff=(30.0, 30.0)))
     async with running(reflector):  # backing off for up to 30 s
@@ -560,8 +555,7 @@ async def test_restore_to_an_older_version_relists_from_scratch(
     store = Store()
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         for i in range(30):  # so the re-created pods' versions stay below the cache's
             sim.patch("pods", "default", "seed-0", {"metadata": {"annotations": {"n": str(i)}}})
         await converged(sim, store)
@@ -602,8 +596,7 @@ async def test_a_relist_that_fails_is_backed_off(
     store = Store()
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         for i in range(20):
             sim.patch("pods", "default", "seed-0", {"metadata": {"annotations": {"n": str(i)}}})
         await converged(sim, store)
@@ -660,8 +653,7 @@ async def test_streaming_list_syncs_from_one_watch(sim: KubeSim, client: KubeCli
     store = Store()
     reflector = pod_reflector(client, store, settings=STREAM)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         assert cached(store) == sim_pods(sim)
         assert store.resource_version == str(sim.store.resource_version)
         await churn(sim, "live")
@@ -683,14 +675,9 @@ async def test_streaming_relist_after_410_asks_not_older_than(
     store = Store()
     reflector = pod_reflector(client, store, settings=STREAM)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
 
-        def expire() -> None:
-            sim.expire_next_watches(1)
-            sim.drop_watches("eof")
-
-        await churn(sim, "g", fault=expire)
+        await churn(sim, "g", fault=lambda: expire_and_drop(sim))
         await converged(sim, store)
     stats = reflector.statistics()
     assert stats.relists_410 == 1 and stats.lists == 2
@@ -710,8 +697,7 @@ async def test_streaming_falls_back_to_paged_lists_on_a_server_without_it(
             store = Store()
             reflector = pod_reflector(api, store, settings=STREAM)
             async with running(reflector):
-                async with asyncio.timeout(10):
-                    await store.synced.wait()
+                await synced(store)
                 assert cached(store) == sim_pods(old)
                 old.expire_next_watches(1)
                 old.drop_watches("eof")
@@ -735,8 +721,7 @@ async def test_a_stalled_streaming_list_is_restarted(sim: KubeSim, client: KubeC
         await wait_until(lambda: reflector.statistics().inactivity_timeouts >= 1)
         assert not store.synced.is_set() and len(store) == 0  # nothing half-listed kept
         sim.faults.set_stall(False)
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         await converged(sim, store)
     assert reflector.statistics().streaming is True
 
@@ -754,8 +739,7 @@ async def test_relist_keeps_the_objects_that_did_not_change(
     store = Store()
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
-        async with asyncio.timeout(10):
-            await store.synced.wait()
+        await synced(store)
         before = {key_of(o): o for o in store.items()}
         sim.faults.set_stall(True)
         sim.patch("pods", "default", "seed-0", {"metadata": {"annotations": {"n": "9"}}})
