@@ -14,10 +14,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client, config
 
 from multusd.kubesim import KubeSim, Settings
+from multusd.kubesim.client import ControlClient, connect
 
 # Short bookmark interval so bookmark tests take a second, not a minute.
 TEST_SETTINGS = Settings(bookmark_interval=0.5)
@@ -45,6 +47,21 @@ async def kubesim_tls() -> AsyncIterator[KubeSim]:
 @pytest.fixture
 async def kubeconfig(kubesim: KubeSim, short_tmp: Path) -> Path:
     return await kubesim.write_kubeconfig(short_tmp / "kubeconfig")
+
+
+@pytest.fixture
+async def http(kubesim: KubeSim) -> AsyncIterator[aiohttp.ClientSession]:
+    """Raw HTTP to the emulator with its bearer token, for requests no client library makes."""
+    headers = {"Authorization": f"Bearer {kubesim.token}"}
+    async with aiohttp.ClientSession(kubesim.url, headers=headers) as session:
+        yield session
+
+
+@pytest.fixture
+async def control(kubeconfig: Path) -> AsyncIterator[ControlClient]:
+    """The emulator's control API (faults, snapshots), over HTTP as a test rig would use it."""
+    async with await connect(kubeconfig) as ctl:
+        yield ctl
 
 
 @pytest.fixture

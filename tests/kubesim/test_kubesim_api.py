@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 
 from multusd.kubesim import KubeSim
-
-
-@pytest.fixture
-async def http(kubesim: KubeSim) -> AsyncIterator[aiohttp.ClientSession]:
-    headers = {"Authorization": f"Bearer {kubesim.token}"}
-    async with aiohttp.ClientSession(kubesim.url, headers=headers) as session:
-        yield session
 
 
 def pod(name: str, **extra_meta: Any) -> dict[str, Any]:

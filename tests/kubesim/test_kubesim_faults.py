@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -15,41 +12,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from multusd import kproto
 from multusd.kubesim import KubeSim
-from multusd.kubesim.client import ControlClient, connect
+from multusd.kubesim.client import ControlClient
 from multusd.kubesim.faults import ErrorRule, LatencyRule
-
-
-def pod(name: str, namespace: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "busybox"}]},
-    }
-
-
-@pytest.fixture
-async def http(kubesim: KubeSim) -> AsyncIterator[aiohttp.ClientSession]:
-    headers = {"Authorization": f"Bearer {kubesim.token}"}
-    async with aiohttp.ClientSession(kubesim.url, headers=headers) as session:
-        yield session
-
-
-@pytest.fixture
-async def control(kubeconfig: Path) -> AsyncIterator[ControlClient]:
-    async with await connect(kubeconfig) as ctl:
-        yield ctl
-
-
-async def read_events(resp: aiohttp.ClientResponse, count: int) -> list[dict[str, Any]]:
-    events = []
-    async with asyncio.timeout(10):
-        while len(events) < count:
-            line = await resp.content.readline()
-            if not line:
-                break
-            events.append(json.loads(line))
-    return events
+from tests.kubeapi import pod, watch_events
 
 
 async def test_latency(kubesim: KubeSim, api_client: client.ApiClient):
@@ -135,7 +100,7 @@ async def test_expire_next_watch(kubesim: KubeSim, http: aiohttp.ClientSession):
     rv = kubesim.store.resource_version
     async with http.get(f"/api/v1/pods?watch=1&resourceVersion={rv}") as resp:
         assert resp.status == 200
-        events = await read_events(resp, 2)
+        events = await watch_events(resp, 2)
     assert len(events) == 1
     assert events[0]["type"] == "ERROR"
     assert events[0]["object"]["code"] == 410
@@ -143,7 +108,7 @@ async def test_expire_next_watch(kubesim: KubeSim, http: aiohttp.ClientSession):
     # Only the next one: the retry works.
     kubesim.create(pod("p"))
     async with http.get(f"/api/v1/pods?watch=1&resourceVersion={rv}") as resp:
-        events = await read_events(resp, 1)
+        events = await watch_events(resp, 1)
     assert events[0]["type"] == "ADDED"
 
 
@@ -161,7 +126,7 @@ async def test_hidden_pod_is_missing_from_list_and_watch_but_gettable(
     async with http.get("/api/v1/pods?watch=true") as resp:
         kubesim.patch("pods", "default", "static-web", {"metadata": {"labels": {"a": "b"}}})
         kubesim.patch("pods", "default", "other", {"metadata": {"labels": {"a": "b"}}})
-        events = await read_events(resp, 2)
+        events = await watch_events(resp, 2)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
         ("ADDED", "other"), ("MODIFIED", "other"),
     ]  # fmt: skip
@@ -179,7 +144,7 @@ async def test_stalled_watches_deliver_after_unstall(kubesim: KubeSim, http: aio
             async with asyncio.timeout(0.5):
                 await resp.content.readline()
         kubesim.faults.set_stall(False)
-        events = await read_events(resp, 1)
+        events = await watch_events(resp, 1)
     assert events[0]["object"]["metadata"]["name"] == "p"
 
 
@@ -303,7 +268,7 @@ async def test_send_initial_events_ends_with_marked_bookmark(
         "&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
     )
     async with http.get(url) as resp:
-        events = await read_events(resp, 2)
+        events = await watch_events(resp, 2)
     assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
     bookmark = events[1]["object"]["metadata"]
     assert bookmark["annotations"] == {"k8s.io/initial-events-end": "true"}

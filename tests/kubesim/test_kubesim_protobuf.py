@@ -3,11 +3,9 @@ options) and answers out (every verb, errors included) when ``Accept`` asks for 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import pytest
 
 from multusd import kproto
 from multusd.kubesim import KubeSim, kindproto, podproto, protodecode
@@ -17,13 +15,6 @@ from multusd.kubesim.resources import PODS
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 SEND = {"Content-Type": PROTOBUF, "Accept": f"{PROTOBUF}, application/json"}
 SEND_JSON_BACK = {"Content-Type": PROTOBUF, "Accept": "application/json"}
-
-
-@pytest.fixture
-async def http(kubesim: KubeSim) -> AsyncIterator[aiohttp.ClientSession]:
-    headers = {"Authorization": f"Bearer {kubesim.token}"}
-    async with aiohttp.ClientSession(kubesim.url, headers=headers) as session:
-        yield session
 
 
 def body(obj: dict[str, Any], kind: str, api_version: str = "v1") -> bytes:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +13,12 @@ import aiohttp
 import pytest
 
 from multusd.kubesim import KubeSim, Settings
-from multusd.kubesim.client import ControlClient, connect
+from multusd.kubesim.client import ControlClient
+from tests.kubeapi import pod, watch_events
 
 PODS = "/api/v1/namespaces/default/pods"
 STREAM = "watch=1&sendInitialEvents=true&allowWatchBookmarks=true"
 NOT_OLDER_THAN = "resourceVersionMatch=NotOlderThan"
-
-
-def pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "busybox"}]},
-    }
 
 
 def too_large_status(requested: int, current: int) -> dict[str, Any]:
@@ -49,30 +40,6 @@ def too_large_status(requested: int, current: int) -> dict[str, Any]:
         },
         "code": 504,
     }
-
-
-@pytest.fixture
-async def http(kubesim: KubeSim) -> AsyncIterator[aiohttp.ClientSession]:
-    headers = {"Authorization": f"Bearer {kubesim.token}"}
-    async with aiohttp.ClientSession(kubesim.url, headers=headers) as session:
-        yield session
-
-
-@pytest.fixture
-async def control(kubeconfig: Path) -> AsyncIterator[ControlClient]:
-    async with await connect(kubeconfig) as ctl:
-        yield ctl
-
-
-async def events_of(resp: aiohttp.ClientResponse, count: int) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    async with asyncio.timeout(10):
-        while len(events) < count:
-            line = await resp.content.readline()
-            if not line:
-                break
-            events.append(json.loads(line))
-    return events
 
 
 def uids(kubesim: KubeSim) -> dict[str, str]:
@@ -109,7 +76,7 @@ async def test_restore_goes_back_in_versions_and_cuts_every_watch(
     # The client's version is from the server's previous life: from the future, now.
     async with http.get(f"{PODS}?watch=1&resourceVersion={seen}") as resp:
         assert resp.status == 200
-        (event,) = await events_of(resp, 1)
+        (event,) = await watch_events(resp, 1)
     assert event == {"type": "ERROR", "object": too_large_status(seen, before)}
     # The versions after the restore are new ones, reused numbers included.
     kubesim.create(pod("after"))
@@ -134,7 +101,7 @@ async def test_restore_with_new_uids_recreates_every_object(
     # what a client saw before the restore.
     assert snap.resource_version < current < seen
     async with http.get(f"{PODS}?watch=1&resourceVersion={snap.resource_version}") as resp:
-        events = await events_of(resp, 6)
+        events = await watch_events(resp, 6)
     assert [e["type"] for e in events] == ["DELETED", "ADDED"] * 3
     assert {e["object"]["metadata"]["uid"] for e in events[1::2]} == set(second.values())
 
@@ -200,11 +167,11 @@ async def test_streaming_list_at_a_version_from_the_future(
     current = kubesim.store.resource_version
     url = f"{PODS}?{STREAM}&{NOT_OLDER_THAN}&resourceVersion={current + 3}"
     async with http.get(url) as resp:
-        (event,) = await events_of(resp, 1)
+        (event,) = await watch_events(resp, 1)
     assert event == {"type": "ERROR", "object": too_large_status(current + 3, current)}
     # Not older than a version it has: the current state, then the marked bookmark.
     async with http.get(f"{PODS}?{STREAM}&{NOT_OLDER_THAN}&resourceVersion={current}") as resp:
-        events = await events_of(resp, 2)
+        events = await watch_events(resp, 2)
     assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
     assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
 
@@ -244,7 +211,7 @@ async def test_send_initial_events_false_starts_from_now(
         while kubesim.stats.open_watches == 0:
             await asyncio.sleep(0.01)
         kubesim.create(pod("after"))
-        (event,) = await events_of(resp, 1)
+        (event,) = await watch_events(resp, 1)
     assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "after")
 
 

@@ -26,18 +26,10 @@ from multusd.k8s.events import EventRecorder
 from multusd.k8s.pods import PodLookup
 from multusd.k8s.store import Store
 from multusd.kubesim import ErrorRule, KubeSim, LatencyRule, Settings
+from tests.kubeapi import pod as _pod
 
 SIM_SETTINGS = Settings(bookmark_interval=5.0)
 PODS = "/api/v1/namespaces/default/pods"
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
-    }
 
 
 @pytest.fixture
