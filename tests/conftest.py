@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+
+from tests.hostsnap import host_links, tree
 
 
 @pytest_asyncio.fixture(autouse=True)
@@ -60,49 +61,16 @@ _BEFORE = pytest.StashKey[Snapshot]()
 _CHANGES = pytest.StashKey[list[str]]()
 
 
-def _describe(st: os.stat_result, path: str) -> str:
-    mode = stat.S_IMODE(st.st_mode)
-    if stat.S_ISLNK(st.st_mode):
-        return f"symlink -> {os.readlink(path)}"
-    if stat.S_ISDIR(st.st_mode):
-        return f"directory {mode:o}"  # its mtime moves with every entry made and removed
-    if stat.S_ISREG(st.st_mode):
-        return f"file {mode:o}, {st.st_size} bytes, mtime {st.st_mtime_ns}"
-    return f"{stat.filemode(st.st_mode)} entry"
-
-
-def _tree(root: str) -> dict[str, str]:
-    """Every path under ``root`` (itself included), symlinks not followed."""
-    entries: dict[str, str] = {}
-    try:
-        entries[root] = _describe(os.lstat(root), root)
-    except FileNotFoundError:
-        return entries
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(directory, name)
-            try:
-                entries[path] = _describe(os.lstat(path), path)
-            except FileNotFoundError:
-                continue  # removed while we looked: the next snapshot decides
-    return entries
-
-
 def _link_names() -> dict[str, str]:
     try:
-        out = subprocess.run(
-            ["ip", "-o", "link"], capture_output=True, text=True, check=True, timeout=30
-        ).stdout
+        return dict.fromkeys(host_links(), "link")
     except (OSError, subprocess.SubprocessError) as exc:
         return {"(ip -o link)": f"unavailable: {exc}"}
-    # "2: eth0@if3: <BROADCAST,...> ..." -> "eth0"
-    names = (line.split(": ", 2)[1].split("@")[0] for line in out.splitlines() if ": " in line)
-    return dict.fromkeys(names, "link")
 
 
 def node_snapshot() -> Snapshot:
     """What a test could leave behind on the node, as ``{area: {name: description}}``."""
-    snap: Snapshot = {root: _tree(root) for root in NODE_TREES}
+    snap: Snapshot = {root: tree(root) for root in NODE_TREES}
     try:
         snap[NETNS_DIR] = dict.fromkeys(sorted(os.listdir(NETNS_DIR)), "netns")
     except FileNotFoundError:

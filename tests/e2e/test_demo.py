@@ -12,7 +12,6 @@ CNI component should write, and elsewhere the entries named the way the demo nam
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
@@ -30,6 +29,7 @@ import yaml
 from multusd.config.daemon import DaemonConfig, parse_daemon_config
 from multusd.demo import DemoDirs, cluster_network, confine, daemon_config, example
 from tests.e2e.harness import PLUGIN_DIR, REPO, ip
+from tests.hostsnap import host_links, tree
 
 # Trees only CNI components write (every test keeps its own files in temp dirs): compared whole.
 WHOLE = (
@@ -48,29 +48,12 @@ SHARED = ("/var/lib/cni",)
 DEMO_NAME = re.compile(r"mdemo|demo-net|demo\d|multusd-demo|bridge-conf|macvlan-conf")
 
 
-def _tree(root: str) -> dict[str, tuple[object, ...]]:
-    """Every entry under ``root``: type, mode and, for files, size, mtime and a digest."""
-    entries: dict[str, tuple[object, ...]] = {}
-    if not os.path.lexists(root):
-        return entries
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            if os.path.isfile(path) and not os.path.islink(path):
-                digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-                entries[path] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, digest)
-            else:
-                entries[path] = ("other", st.st_mode)
-    entries[root] = ("root", os.lstat(root).st_mode)
-    return entries
-
-
 async def snapshot() -> dict[str, object]:
     """What the demo could leave on the host (see the module doc)."""
-    whole = {root: _tree(root) for root in WHOLE}
+    whole = {root: tree(root, digest=True) for root in WHOLE}
     shared = {
-        root: {p: v for p, v in _tree(root).items() if DEMO_NAME.search(p)} for root in SHARED
+        root: {p: v for p, v in tree(root, digest=True).items() if DEMO_NAME.search(p)}
+        for root in SHARED
     }
     netns_dir = Path("/run/netns")
     netns = sorted(p.name for p in netns_dir.iterdir() if DEMO_NAME.search(p.name)) if (
@@ -80,8 +63,8 @@ async def snapshot() -> dict[str, object]:
         line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "mdemo" in line
     ]
     links = sorted(
-        line.split(": ")[1].split("@")[0]
-        for line in (await ip("-o", "link")).splitlines()
+        name
+        for name, line in host_links().items()
         if DEMO_NAME.search(line) or "mbr-example" in line
     )
     temp = sorted(p.name for p in Path("/tmp").glob("mdemo-*"))
@@ -254,9 +237,9 @@ async def test_the_snapshot_sees_what_a_leaky_demo_would_leave(short_tmp: Path) 
         await ip("link", "del", link, check=False)
         shutil.rmtree(leftover, ignore_errors=True)
     # A tree compared whole notices a new file and a rewritten one.
-    tree = _tree(str(short_tmp))
+    entries = tree(str(short_tmp), digest=True)
     (short_tmp / "00-multus.conf").write_text("{}")
-    assert _tree(str(short_tmp)) != tree
-    tree = _tree(str(short_tmp))
+    assert tree(str(short_tmp), digest=True) != entries
+    entries = tree(str(short_tmp), digest=True)
     (short_tmp / "00-multus.conf").write_text("[]")
-    assert _tree(str(short_tmp)) != tree
+    assert tree(str(short_tmp), digest=True) != entries

@@ -22,7 +22,7 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from multusd.kubesim import KubeSim, Settings
+from multusd.kubesim import KubeSim
 from tests.e2e.conftest import bridge_plugin, write_json
 from tests.e2e.cri.containerd import Containerd, check_installed, host_snapshot, host_writes
 from tests.e2e.cri.criapi import CriClient
@@ -32,6 +32,19 @@ from tests.e2e.harness import PLUGIN_DIR, REPO, Daemon
 
 CLUSTER_NETWORK = "cri-cluster"
 CLUSTER_SUBNET = "10.252.0.0/24"
+
+
+def write_cluster_conflist(directory: Path, bridge: str, workdir: Path) -> Path:
+    """The node's cluster network (a bridge on ``CLUSTER_SUBNET``), as the file the daemon's
+    auto mode finds in ``directory``; host-local keeps its leases under ``workdir``."""
+    return write_json(
+        directory / "10-cluster.conflist",
+        {
+            "cniVersion": "1.0.0",
+            "name": CLUSTER_NETWORK,
+            "plugins": [bridge_plugin(bridge, workdir, subnet=CLUSTER_SUBNET)],
+        },
+    )
 
 
 def _install_cni_bin(bin_dir: Path) -> None:
@@ -65,12 +78,6 @@ def containerd() -> Iterator[Containerd]:
     assert not written, f"containerd wrote on the host: {written}"
 
 
-@pytest_asyncio.fixture
-async def kubesim() -> AsyncIterator[KubeSim]:
-    async with KubeSim(Settings(bookmark_interval=1.0)) as sim:
-        yield sim
-
-
 @pytest.fixture
 def extra_bridges(bridge_name: str) -> Iterator[Callable[[str], str]]:
     """Factory: a unique bridge name per suffix (for NADs); every one is deleted after."""
@@ -94,14 +101,7 @@ async def node(
     workdir: Path,
     bridge_name: str,
 ) -> AsyncIterator[Node]:
-    primary = write_json(
-        workdir / "auto" / "10-cluster.conflist",
-        {
-            "cniVersion": "1.0.0",
-            "name": CLUSTER_NETWORK,
-            "plugins": [bridge_plugin(bridge_name, workdir, subnet=CLUSTER_SUBNET)],
-        },
-    )
+    primary = write_cluster_conflist(workdir / "auto", bridge_name, workdir)
     kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
     daemon = await start_daemon(
         env={"MULTUS_NODE_NAME": NODE},

@@ -28,8 +28,7 @@ import yaml
 from cni_shim import readiness
 from cni_shim.errors import TRY_AGAIN_LATER
 from multusd.kubesim import KubeSim
-from tests.e2e.conftest import bridge_plugin, write_json
-from tests.e2e.cri.conftest import CLUSTER_NETWORK, CLUSTER_SUBNET
+from tests.e2e.cri.conftest import CLUSTER_NETWORK, CLUSTER_SUBNET, write_cluster_conflist
 from tests.e2e.cri.containerd import Containerd
 from tests.e2e.cri.criapi import SANDBOX_READY, CriClient, SandboxConfig
 from tests.e2e.cri.node import NETWORKS, NODE, STATUS, Node, eventually, in_subnet
@@ -81,14 +80,7 @@ async def node(
 ) -> AsyncIterator[Node]:
     """A node whose daemon runs with the manifests' config, and one bridge NAD."""
     config = node_config(manifest_daemon_config(), containerd.conf_dir, workdir)
-    primary = write_json(
-        Path(config["multusAutoconfigDir"]) / "10-cluster.conflist",
-        {
-            "cniVersion": "1.0.0",
-            "name": CLUSTER_NETWORK,
-            "plugins": [bridge_plugin(bridge_name, workdir, subnet=CLUSTER_SUBNET)],
-        },
-    )
+    primary = write_cluster_conflist(Path(config["multusAutoconfigDir"]), bridge_name, workdir)
     try:
         kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
         daemon = await start_daemon(
