@@ -34,9 +34,18 @@ from typing import Any
 
 import grpc
 
-from bench.common import PLUGIN_DIR, REPO, publish, save, short_id
-from bench.interop import NAD_BRIDGES, PAIRINGS, SIDES, Pairing, World, create_nads, summarize
-from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
+from bench.common import PLUGIN_DIR, short_id
+from bench.interop import (
+    NAD_BRIDGES,
+    PAIRINGS,
+    SIDES,
+    Pairing,
+    World,
+    create_nads,
+    peer_parser,
+    publish_matrix,
+)
+from bench.peer import PeerDaemon, bridge_conflist, emulator
 from multusd.fsutil import atomic_write
 from multusd.kubesim import KubeSim
 from multusd.shim_install import install_shim
@@ -159,14 +168,35 @@ def _pod_name() -> str:
     return f"cri-{short_id()}"
 
 
-async def no_annotation(rt: Runtime, p: Pairing) -> str:
-    """A pod without annotations: the cluster network only, on eth0."""
+class SandboxFailed(Exception):
+    """RunPodSandbox failed where the scenario expected it to work: the scenario's answer is
+    this message (``_scenarios`` records it), so each scenario words the failure the same way."""
+
+
+@dataclass
+class Started:
+    """A pod whose sandbox runs, with what the node had before it (for ``leftovers``)."""
+
+    node: Node
+    name: str
+    netns_before: list[str]
+    sandbox: str
+
+
+async def _run_pod(rt: Runtime, **annotations: str) -> Started:
     node, name = rt.current, _pod_name()
     netns_before = node.netns_files()
     try:
-        sandbox = await node.run_pod(name)
+        sandbox = await node.run_pod(name, **annotations)
     except grpc.RpcError as exc:
-        return f"RunPodSandbox failed: {rt.cause(exc, name)}"
+        raise SandboxFailed(f"RunPodSandbox failed: {rt.cause(exc, name)}") from exc
+    return Started(node, name, netns_before, sandbox)
+
+
+async def no_annotation(rt: Runtime, p: Pairing) -> str:
+    """A pod without annotations: the cluster network only, on eth0."""
+    pod = await _run_pod(rt)
+    node, name, sandbox = pod.node, pod.name, pod.sandbox
     status = await node.cri.sandbox_status(sandbox)
     addresses = await node.addresses(sandbox)
     eth0 = addresses.get("eth0", [])
@@ -175,19 +205,15 @@ async def no_annotation(rt: Runtime, p: Pairing) -> str:
     return (
         f"RunPodSandbox ok; interfaces {','.join(sorted(addresses)) or '-'}; eth0 {where} the "
         f"cluster subnet, {same} the sandbox IP; Stop+Remove "
-        + await rt.remove(sandbox, name, netns_before)
+        + await rt.remove(sandbox, name, pod.netns_before)
     )
 
 
 async def two_nads(rt: Runtime, p: Pairing) -> str:
     """A pod asking for two bridge NADs: eth0, net1, net2 in the sandbox, network-status."""
-    node, name = rt.current, _pod_name()
-    netns_before = node.netns_files()
-    try:
-        sandbox = await node.run_pod(name, **{NETWORKS: "iop-a,iop-b"})
-    except grpc.RpcError as exc:
-        return f"RunPodSandbox failed: {rt.cause(exc, name)}"
-    addresses = await node.addresses(sandbox)
+    pod = await _run_pod(rt, **{NETWORKS: "iop-a,iop-b"})
+    name, sandbox = pod.name, pod.sandbox
+    addresses = await pod.node.addresses(sandbox)
     expected = {"eth0": rt.subnet, "net1": NAD_SUBNETS["iop-a"], "net2": NAD_SUBNETS["iop-b"]}
     placed = all(
         addresses.get(ifname) and in_subnet(addresses[ifname][0], subnet)
@@ -198,7 +224,7 @@ async def two_nads(rt: Runtime, p: Pairing) -> str:
     return (
         f"RunPodSandbox ok; interfaces {','.join(sorted(addresses)) or '-'} "
         f"({'each in its subnet' if placed else 'NOT each in its subnet'}); "
-        f"status {listed}; Stop+Remove " + await rt.remove(sandbox, name, netns_before)
+        f"status {listed}; Stop+Remove " + await rt.remove(sandbox, name, pod.netns_before)
     )
 
 
@@ -223,12 +249,8 @@ async def missing_nad(rt: Runtime, p: Pairing) -> str:
 async def stop_remove(rt: Runtime, p: Pairing) -> str:
     """StopPodSandbox (DEL with the namespace's path) frees the IP; RemovePodSandbox (DEL
     with an empty ``CNI_NETNS``) succeeds too, so the sandbox can go."""
-    node, name = rt.current, _pod_name()
-    netns_before = node.netns_files()
-    try:
-        sandbox = await node.run_pod(name)
-    except grpc.RpcError as exc:
-        return f"RunPodSandbox failed: {rt.cause(exc, name)}"
+    pod = await _run_pod(rt)
+    node, name, sandbox = pod.node, pod.name, pod.sandbox
     held = "IP held" if rt.allocations() else "NO IP held"
     parts = [f"RunPodSandbox ok, {held}"]
     try:
@@ -245,7 +267,7 @@ async def stop_remove(rt: Runtime, p: Pairing) -> str:
     else:
         node.running.discard(sandbox)
         parts.append("RemovePodSandbox ok")
-    parts.append(f"left: {await rt.leftovers(name, netns_before)}")
+    parts.append(f"left: {await rt.leftovers(name, pod.netns_before)}")
     return "; ".join(parts)
 
 
@@ -280,7 +302,10 @@ async def _scenarios(rt: Runtime, pairings: list[Pairing]) -> dict[str, dict[str
     for pairing in pairings:
         await rt.use(pairing)
         for title, scenario in SCENARIOS.items():
-            matrix[title][pairing.label] = await scenario(rt, pairing)
+            try:
+                matrix[title][pairing.label] = await scenario(rt, pairing)
+            except SandboxFailed as failed:
+                matrix[title][pairing.label] = str(failed)
     return matrix
 
 
@@ -338,20 +363,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench cri_interop", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--daemon", required=True, help="the other side's daemon binary")
-    parser.add_argument("--shim", required=True, help="the other side's shim binary")
-    parser.add_argument(
-        "--ours-daemon", default=str(ours()), help="our daemon (default: this venv's)"
-    )
-    parser.add_argument(
-        "--label",
-        default="upstream",
-        help="names the published section (docs/compatibility.md, bench:cri-interop-LABEL)",
-    )
-    return parser.parse_args(list(argv))
+    return peer_parser("cri_interop", __doc__.split("\n")[0], "cri-interop").parse_args(list(argv))
 
 
 def main(argv: Sequence[str] = ()) -> dict[str, Any]:
@@ -359,12 +371,5 @@ def main(argv: Sequence[str] = ()) -> dict[str, Any]:
         raise SystemExit("cri_interop needs root (containerd, network and mount namespaces)")
     args = parse(argv)
     data = asyncio.run(run(args))
-    command = (
-        "python -m bench cri_interop --daemon <their multus-daemon> --shim <their multus-shim> "
-        f"--label {args.label}"
-    )
-    text = summarize(data, command)
-    save(f"cri-interop-{args.label}", data)
-    publish(f"cri-interop-{args.label}", text, REPO / "docs" / "compatibility.md")
-    print(text)
+    publish_matrix("cri_interop", "cri-interop", args.label, data)
     return data

@@ -349,22 +349,44 @@ def summarize(data: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
-def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench interop", description=__doc__.split("\n")[0]
-    )
+def peer_parser(bench: str, description: str, section: str) -> argparse.ArgumentParser:
+    """The command line every interop matrix takes: the other side's daemon and shim, ours,
+    and the label of the published section ``bench:<section>-LABEL``."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench {bench}", description=description)
     parser.add_argument("--daemon", required=True, help="the other side's daemon binary")
     parser.add_argument("--shim", required=True, help="the other side's shim binary")
     parser.add_argument(
         "--ours-daemon", default=str(ours()), help="our daemon (default: this venv's)"
     )
     parser.add_argument(
-        "--about", default="", help="a sentence on where the other side's binaries come from"
-    )
-    parser.add_argument(
         "--label",
         default="upstream",
-        help="names the published section (docs/compatibility.md, bench:interop-LABEL)",
+        help=f"names the published section (docs/compatibility.md, bench:{section}-LABEL)",
+    )
+    return parser
+
+
+def publish_matrix(
+    bench: str, section: str, label: str, data: dict[str, Any], about: str = ""
+) -> None:
+    """Save the run's data, put its matrix in docs/compatibility.md (section
+    ``<section>-<label>``, with the command that made it) and print it."""
+    command = (
+        f"python -m bench {bench} --daemon <their multus-daemon> --shim <their multus-shim> "
+        f"--label {label}"
+    )
+    text = summarize(data, command)
+    if about:
+        text = about + "\n\n" + text
+    save(f"{section}-{label}", data)
+    publish(f"{section}-{label}", text, REPO / "docs" / "compatibility.md")
+    print(text)
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = peer_parser("interop", __doc__.split("\n")[0], "interop")
+    parser.add_argument(
+        "--about", default="", help="a sentence on where the other side's binaries come from"
     )
     return parser.parse_args(list(argv))
 
@@ -374,14 +396,5 @@ def main(argv: Sequence[str] = ()) -> dict[str, Any]:
         raise SystemExit("interop needs root (network namespaces, mount namespaces)")
     args = parse(argv)
     data = asyncio.run(run(args))
-    command = (
-        "python -m bench interop --daemon <their multus-daemon> --shim <their multus-shim> "
-        f"--label {args.label}"
-    )
-    text = summarize(data, command)
-    if args.about:
-        text = args.about + "\n\n" + text
-    save(f"interop-{args.label}", data)
-    publish(f"interop-{args.label}", text, REPO / "docs" / "compatibility.md")
-    print(text)
+    publish_matrix("interop", "interop", args.label, data, args.about)
     return data
