@@ -21,7 +21,7 @@ import tempfile
 import time
 import timeit
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -34,6 +34,9 @@ from multusd.kubesim import KubeSim, podproto
 from multusd.kubesim.encoding import JSON, PROTOBUF
 from multusd.kubesim.operations import create, get, update
 from multusd.kubesim.resources import PODS
+
+if TYPE_CHECKING:  # the child imports the control client itself, where it runs
+    from multusd.kubesim.client import ControlClient
 
 STATUS = json.dumps(
     [
@@ -200,23 +203,32 @@ def deep_size(root: object) -> int:
     return total
 
 
+def bench_client(kubeconfig: str, protobuf: bool) -> KubeClient:
+    """The client a benchmark's child process reads pods with: long request timeouts (a list
+    of 50,000 pods takes a while), pods as protobuf or JSON."""
+    config = load_cluster_config(kubeconfig, environ={})
+    return KubeClient(config, ClientSettings(request_timeout=300, protobuf_pods=protobuf))
+
+
+def pods_reflector(client: KubeClient, store: Store, settings: ReflectorSettings) -> Reflector:
+    """A reflector of every pod (no node selector: the emulator's pods are the load), trimmed
+    as the daemon trims them."""
+    return Reflector(client, "/api/v1/pods", store, trim=trim_pod, settings=settings)
+
+
+async def force_relist(control: ControlClient) -> None:
+    """The next watch gets a 410 and the current one ends: the reflector lists again."""
+    await control.expire_next_watches(1)
+    await control.drop_watches("eof")
+
+
 async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> dict[str, Any]:
     """The reflector alone in this process (the emulator is the parent), so RSS is ours."""
     from multusd.kubesim.client import connect
 
-    config = load_cluster_config(kubeconfig, environ={})
-    async with (
-        await connect(kubeconfig) as control,
-        KubeClient(config, ClientSettings(request_timeout=300, protobuf_pods=protobuf)) as client,
-    ):
+    async with await connect(kubeconfig) as control, bench_client(kubeconfig, protobuf) as client:
         store = Store()
-        reflector = Reflector(
-            client,
-            "/api/v1/pods",
-            store,
-            trim=trim_pod,
-            settings=ReflectorSettings(page_size=page_size),
-        )
+        reflector = pods_reflector(client, store, ReflectorSettings(page_size=page_size))
         gc.collect()
         rss0 = proc_mib()
         cpu0 = time.process_time()
@@ -230,8 +242,7 @@ async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> 
         gc.collect()
         rss1 = proc_mib()
         deep = deep_size(store.items())
-        await control.expire_next_watches(1)
-        await control.drop_watches("eof")
+        await force_relist(control)
         while reflector.statistics().lists < 2:
             await asyncio.sleep(0.001)
         relist = reflector.statistics().last_list_seconds

@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, proc_mib, report
-from bench.informer import deep_size, realistic_pod
-from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
-from multusd.k8s.reflector import Reflector, ReflectorSettings
-from multusd.k8s.store import Store, trim_pod
+from bench.informer import bench_client, deep_size, force_relist, pods_reflector, realistic_pod
+from multusd.k8s.reflector import ReflectorSettings
+from multusd.k8s.store import Store
 from multusd.kubesim import KubeSim
 from multusd.kubesim.operations import create
 from multusd.kubesim.resources import PODS
@@ -65,17 +64,9 @@ async def _wait(predicate: Any) -> None:
 async def child(kubeconfig: str, count: int, streaming: bool, protobuf: bool) -> dict[str, Any]:
     from multusd.kubesim.client import connect
 
-    config = load_cluster_config(kubeconfig, environ={})
-    settings = ClientSettings(request_timeout=300, protobuf_pods=protobuf)
-    async with await connect(kubeconfig) as control, KubeClient(config, settings) as client:
+    async with await connect(kubeconfig) as control, bench_client(kubeconfig, protobuf) as client:
         store = Store()
-        reflector = Reflector(
-            client,
-            "/api/v1/pods",
-            store,
-            trim=trim_pod,
-            settings=ReflectorSettings(streaming=streaming),
-        )
+        reflector = pods_reflector(client, store, ReflectorSettings(streaming=streaming))
         gc.collect()
         base = proc_mib()
         _reset_peak()
@@ -86,8 +77,7 @@ async def child(kubeconfig: str, count: int, streaming: bool, protobuf: bool) ->
         store_mib = deep_size(store.items()) / 2**20
 
         _reset_peak()
-        await control.expire_next_watches(1)
-        await control.drop_watches("eof")
+        await force_relist(control)
         await _wait(lambda: reflector.statistics().lists >= 2)
         same, same_peak = _measure(base)
 
