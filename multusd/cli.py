@@ -3,18 +3,24 @@
 This is the only place that turns outcomes into process exit codes (see ``multusd.errors``).
 Upstream's Go flags are single-dash (``-config``); both spellings are accepted so existing
 DaemonSet manifests work unchanged.
+
+Every import beyond ``argparse`` and ``sys`` is made by the subcommand that needs it: the exec
+probes (``multusd probe``, ``multusd.probe``) run in the daemon's memory cgroup several times a
+minute, and importing asyncio alone would double what one costs (``python -X importtime -m
+multusd probe``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import sys
-from collections.abc import Callable, Sequence
 
 from multusd import __version__
-from multusd.errors import StartupError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable, Sequence
 
 SUBCOMMANDS = ("demo", "install-plugins", "install-shim", "kubesim", "probe")
 LOOPS = ("asyncio", "uvloop", "auto")
@@ -44,6 +50,8 @@ def _daemon_parser() -> argparse.ArgumentParser:
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event-loop factory for ``--loop`` (None: asyncio's own). uvloop is optional: ``auto``
     falls back to asyncio without it, ``uvloop`` is a start-up error without it."""
+    from multusd.errors import StartupError
+
     if name == "asyncio":
         return None
     try:
@@ -57,9 +65,12 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run_daemon(argv: Sequence[str]) -> int:
+    import asyncio
+
     from multusd import logs
     from multusd.config.daemon import DEFAULT_CONFIG_PATH, load_daemon_config
     from multusd.daemon import run
+    from multusd.errors import StartupError
 
     args = _daemon_parser().parse_args(argv)
     if args.version:
@@ -152,39 +163,6 @@ def run_install_plugins(argv: Sequence[str]) -> int:
     return 0
 
 
-def run_probe(argv: Sequence[str]) -> int:
-    """``multusd probe [--ready]``: the DaemonSet's exec probes (kubelet cannot speak HTTP over a
-    unix socket). Exit 0 when ``/healthz`` (or ``/readyz``) answers 200, else 1."""
-    from cni_shim import transport
-    from multusd.config.daemon import DEFAULT_CONFIG_PATH, load_daemon_config
-
-    parser = argparse.ArgumentParser(prog="multusd probe", description=run_probe.__doc__)
-    parser.add_argument("--ready", action="store_true", help="check /readyz instead of /healthz")
-    parser.add_argument("-config", "--config", dest="config", default=DEFAULT_CONFIG_PATH)
-    parser.add_argument("--socket-dir", default=None, help="default: the config's socketDir")
-    parser.add_argument("--timeout", type=float, default=5.0)
-    args = parser.parse_args(argv)
-    socket_dir = args.socket_dir
-    if socket_dir is None:
-        try:
-            socket_dir = load_daemon_config(args.config)[0].socket_dir
-        except StartupError as exc:
-            print(f"multusd probe: {exc}", file=sys.stderr)
-            return 1
-    path = "/readyz" if args.ready else "/healthz"
-    try:
-        status, _, _ = transport.post(
-            os.path.join(socket_dir, "multus.sock"), path, b"null", timeout=args.timeout
-        )
-    except transport.TransportError as exc:
-        print(f"multusd probe: {exc}", file=sys.stderr)
-        return 1
-    if status != 200:
-        print(f"multusd probe: {path} answered {status}", file=sys.stderr)
-        return 1
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "demo":
@@ -196,7 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] == "install-plugins":
         return run_install_plugins(args[1:])
     if args and args[0] == "probe":
-        return run_probe(args[1:])
+        from multusd.probe import main as probe_main
+
+        return probe_main(args[1:])
     if args and args[0] == "kubesim":
         from multusd.kubesim.cli import main as kubesim_main
 
