@@ -31,6 +31,8 @@ from typing import Any, Protocol
 from cni_shim import errors
 from cni_shim.errors import CNIError
 from multusd.cni import gofmt
+from multusd.cni.admission import MemoryAdmission
+from multusd.cni.admission import shared as shared_admission
 
 log = logging.getLogger(__name__)
 
@@ -228,12 +230,14 @@ class SubprocessExecutor:
         busy_delay: float = 1.0,
         kill_grace: float = 1.0,
         sleep: Sleep = asyncio.sleep,
+        admission: MemoryAdmission | None = None,
     ) -> None:
         self.chroot_dir = chroot_dir
         self.busy_retries = busy_retries
         self.busy_delay = busy_delay
         self.kill_grace = kill_grace
         self._sleep = sleep
+        self.admission = admission if admission is not None else shared_admission()  # admission.py
 
     async def execute(
         self,
@@ -241,6 +245,17 @@ class SubprocessExecutor:
         stdin: bytes,
         env: Mapping[str, str],
         *,
+        timeout: float | None,  # noqa: ASYNC109 - see PluginExecutor.execute
+    ) -> bytes:
+        urgent = env.get("CNI_COMMAND") == "DEL"  # a DEL gives memory back: it goes first
+        async with self.admission.admitted(_deadline.get(), f"netplugin {path}", urgent=urgent):
+            return await self._run(path, stdin, env, timeout)
+
+    async def _run(
+        self,
+        path: str,
+        stdin: bytes,
+        env: Mapping[str, str],
         timeout: float | None,  # noqa: ASYNC109 - see PluginExecutor.execute
     ) -> bytes:
         limit, why = _limit(timeout, _deadline.get())
