@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import binascii
+import gc
 import importlib.util
 import marshal
 import zlib
@@ -113,10 +114,29 @@ _bootstrap()
 )
 
 
+def _parse(source: bytes) -> ast.Module:
+    """``ast.parse`` with the cyclic garbage collector paused.
+
+    CPython 3.11 before 3.11.5 (Debian's is 3.11.2; gh-106905) keeps the AST constructor's
+    recursion count in per-interpreter state, and a nested ``ast.parse`` resets it: when the
+    collector runs a finaliser in the middle of the conversion that formats a traceback
+    (asyncio's "Future exception was never retrieved" does; 3.11's ``traceback`` parses each
+    frame's line for its carets), the outer call fails with ``AST constructor recursion depth
+    mismatch``. Seen in the test suite; with the collector paused no finaliser runs meanwhile.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _strip_docstrings(source: bytes) -> bytes:
     """Source without docstrings or comments, for the fallback copy (kept small: every byte
     of the file is tokenized on every start, VERSION included)."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             first = node.body[0] if node.body else None
