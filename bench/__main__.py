@@ -11,6 +11,7 @@ from typing import Any
 from bench import (
     concurrency,
     cri_interop,
+    faults,
     host_shim,
     informer,
     interop,
@@ -39,8 +40,10 @@ BENCHMARKS: dict[str, Callable[[], Any]] = {
     "readiness_stat": readiness_stat.main,
     "concurrency": concurrency.main,
     "profile_add": profile_add.main,
+    "faults": faults.main,  # issue 13's long runs, about 12 min (also in WITH_OPTIONS)
 }
 WITH_OPTIONS: dict[str, Callable[[Sequence[str]], Any]] = {
+    "faults": faults.main,  # --quick, --only fuzz,soak,api, --no-publish, --republish
     "sidebyside": sidebyside.main,  # needs the other side's binaries: never in the default run
     "interop": interop.main,  # the drop-in check against a daemon and shim given by path
     "cri_interop": cri_interop.main,  # the same pairings, through a real containerd
