@@ -26,8 +26,7 @@ daemon needs is five verbs on raw JSON, so this is those five verbs:
 * what the server's answers say about its health is kept in ``contacts``
   (``multusd.k8s.health``): the cheap view ``/readyz`` reports.
 
-aiohttp speaks HTTP/1.1, so each open watch holds one connection besides the request slots
-(reference: python-stack §1.7).
+aiohttp speaks HTTP/1.1, so each open watch holds one connection besides the request slots.
 
 With ``protobuf_pods`` (the default, as client-go's), pod reads (get, list, watch) ask for
 Kubernetes protobuf first and JSON second, and each response is decoded by its Content-Type:

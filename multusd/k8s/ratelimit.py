@@ -11,7 +11,7 @@ second, one token per request. Three things client-go does not need or gets for 
   behind a backlog of events is not.
 * **Strict FIFO within a class.** Once anyone of a class waits, newcomers of that class (and
   of any lower one) queue behind them even if a token is free, so a storm of new requests
-  cannot starve an old one (throttled-py's barging, reference §5).
+  cannot starve an old one (no barging).
 * **Cancellation safety.** A cancelled waiter leaves its queue without taking a token; one that
   was granted a token but cancelled before it ran gives the token back to the next in line.
 
