@@ -15,6 +15,12 @@ string or an error; absent: the daemon's default). The other keys are the daemon
 did so when it started, and a probe that failed on a key the running daemon does not act on
 would get a healthy daemon restarted into a config that stops it.
 
+A probe is also the process of the cgroup the kernel's OOM killer should take first, never the
+daemon: it raises its own ``oom_score_adj`` to the maximum as soon as it runs (raising needs no
+privilege). That covers the probe once its interpreter is up, not the interpreter's own start
+(most of its 6 MiB); a command that sets the score before ``exec`` covers that too. A probe
+killed is one failed probe, which the kubelet's ``failureThreshold`` absorbs.
+
 Exit 0 when ``/healthz`` (``--ready``: ``/readyz``) answers 200, 1 otherwise (no socket, no
 answer within ``--timeout``, another status, an unreadable config), 2 for bad arguments.
 """
@@ -64,7 +70,24 @@ def socket_dir_of(path: str) -> str:
     return value
 
 
+OOM_SCORE_ADJ_MAX = 1000
+
+
+def volunteer_for_the_oom_killer(path: str = "/proc/self/oom_score_adj") -> bool:
+    """Make this process the OOM killer's first choice in its cgroup; ``False`` if refused."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, str(OOM_SCORE_ADJ_MAX).encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
 def main(argv: list[str]) -> int:
+    volunteer_for_the_oom_killer()
     parser = argparse.ArgumentParser(
         prog="multusd probe",
         description="The DaemonSet's exec probes (kubelet cannot speak HTTP over a unix "

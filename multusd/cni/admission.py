@@ -70,11 +70,12 @@ cgroup until its DEL (50 ADDs one at a time: +4.2 MiB, +0.8 left after their DEL
 read counts them. Heavier delegates need a bigger figure (the ``estimate`` parameter)."""
 
 RESERVE_BYTES = 6 * MiB
-"""Headroom kept free of plugins, for what the cgroup gains without asking admission. The
-kubelet's exec probes run in the daemon's container: ``multusd probe`` costs the cgroup 6 MiB
-(measured as above; 4.6 MiB of it is the interpreter), and liveness and readiness may overlap.
-A burst of requests grows the daemon too, before their plugins ask (200 requests held at once:
-+9 MiB, ~45 KiB each, docs/performance.md "Under a 50 Mi limit")."""
+"""Headroom kept free of plugins, for what the cgroup gains without asking admission: one exec
+probe. The kubelet runs them in the daemon's container, and ``multusd probe`` costs the cgroup
+6 MiB (measured as above; 4.6 MiB of it is the interpreter). The kubelet starts liveness and
+readiness on the same clock, so two may start at once; and a burst of requests grows the daemon
+itself before their plugins ask (200 held at once: ~+10 MiB). No reserve covers those when the
+daemon alone nearly fills the limit (docs/performance.md, "Under a 50 Mi limit")."""
 
 POLL_INTERVAL = 0.05
 """How often the head of the queue looks again when no running plugin has finished meanwhile
@@ -325,8 +326,10 @@ class MemoryAdmission:
       plugin; on two cores a handful of plugins at once already uses the CPU;
     * ``reserve`` (:data:`RESERVE_BYTES`) is for what grows without asking: the kubelet's exec
       probes, run in the same cgroup, and the daemon itself as a burst of requests arrives.
-      DELs keep it too: an ADD refused at its deadline is rolled back with a DEL of every
-      plugin of its network, so a burst of refusals turns into a burst of DELs.
+      A DEL's execution may use it. A DEL gives memory back: its pod's interfaces hold kernel
+      memory in this cgroup until it runs, so DELs that waited for the reserve could wait for
+      good once enough pods are up. And a DEL refused is a DEL lost: the shim answers 0 to any
+      daemon error on DEL (upstream's rule), and the runtime does not ask again.
 
     Waiting is FIFO: only the head of the queue checks, so a stream of new executions cannot
     starve an old one, and the files are read once per turn, not once per waiter. Executions
@@ -391,8 +394,9 @@ class MemoryAdmission:
             return self._urgent[0]
         return self._normal[0] if self._normal else None
 
-    def _room(self) -> bool:
-        """Whether one more fits now; the reading is kept for the log and the refusal."""
+    def _room(self, urgent: bool) -> bool:
+        """Whether one more fits now (a DEL's without the reserve); the reading is kept for
+        the log and the refusal."""
         assert self.memory is not None
         try:
             reading = self.memory.read()
@@ -401,13 +405,13 @@ class MemoryAdmission:
             log.warning("memory admission: cannot read the cgroup (%s); admitting", exc)
             return True
         self._last = reading
-        need = self.estimate * (self.running + 1) + self.reserve
+        need = self.estimate * (self.running + 1) + (0 if urgent else self.reserve)
         return reading is None or reading.headroom >= need
 
     async def _acquire(self, deadline: float | None, what: str, urgent: bool) -> None:
         loop = asyncio.get_running_loop()
         behind = bool(self._urgent) if urgent else self.queued > 0
-        if not behind and self._room():
+        if not behind and self._room(urgent):
             self.running += 1
             if self._squeezed and not self.queued:
                 self._squeezed = False
@@ -428,7 +432,7 @@ class MemoryAdmission:
         try:
             while True:
                 head = self._head() is waiter
-                if head and self._room():
+                if head and self._room(urgent):
                     queue.popleft()
                     self.running += 1
                     self._wake_head()
@@ -462,7 +466,8 @@ class MemoryAdmission:
             f"{what} not run: {reading.headroom / MiB:.1f} MiB free under the memory limit of "
             f"{reading.limit / MiB:.1f} MiB ({reading.path}) with {self.running} plugin(s) "
             f"running, {self.estimate / MiB:.1f} MiB needed per plugin and "
-            f"{self.reserve / MiB:.1f} MiB kept in reserve, until the request's deadline"
+            f"{self.reserve / MiB:.1f} MiB kept in reserve for other than DELs, until the "
+            "request's deadline"
         )
 
 

@@ -247,9 +247,8 @@ async def test_the_reserve_stays_free_of_plugins(tmp_path: Path) -> None:
     with pytest.raises(CNIError):
         async with admission.admitted(asyncio.get_running_loop().time() + 0.05):
             pass
-    with pytest.raises(CNIError):
-        async with admission.admitted(asyncio.get_running_loop().time() + 0.05, urgent=True):
-            pass  # a DEL keeps it too
+    async with asyncio.timeout(5), admission.admitted(None, urgent=True):
+        pass  # a DEL may use the reserve: it gives memory back, and a refused one is lost
 
 
 async def test_dels_queue_ahead_of_adds(tmp_path: Path) -> None:
@@ -301,7 +300,7 @@ async def test_the_deadline_ends_the_wait_with_code_11(tmp_path: Path) -> None:
     assert caught.value.code == TRY_AGAIN_LATER
     assert caught.value.msg.startswith("plugin /opt/cni/bin/bridge not run: 2.0 MiB free under")
     assert "50.0 MiB" in caught.value.msg and "4.0 MiB needed per plugin" in caught.value.msg
-    assert "0.0 MiB kept in reserve" in caught.value.msg
+    assert "0.0 MiB kept in reserve for other than DELs" in caught.value.msg
     assert admission.refused == 1 and admission.running == 0
 
 
