@@ -18,6 +18,7 @@ from bench import (
     kube_requests,
     kubesim_scale,
     memory,
+    memory_limit,
     pod_lookup,
     profile_add,
     qps_storm,
@@ -41,12 +42,14 @@ BENCHMARKS: dict[str, Callable[[], Any]] = {
     "concurrency": concurrency.main,
     "profile_add": profile_add.main,
     "faults": faults.main,  # issue 13's long runs, about 12 min (also in WITH_OPTIONS)
+    "memory_limit": memory_limit.main,  # ours in a 50 MiB cgroup (also in WITH_OPTIONS)
 }
 WITH_OPTIONS: dict[str, Callable[[Sequence[str]], Any]] = {
     "faults": faults.main,  # --quick, --only fuzz,soak,api, --no-publish, --republish
     "sidebyside": sidebyside.main,  # needs the other side's binaries: never in the default run
     "interop": interop.main,  # the drop-in check against a daemon and shim given by path
     "cri_interop": cri_interop.main,  # the same pairings, through a real containerd
+    "memory_limit": memory_limit.main,  # --daemon PATH --shim PATH: another daemon in the cgroup
 }
 
 
