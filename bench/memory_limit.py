@@ -17,9 +17,10 @@ the DELs left behind (delegate caches, host-local addresses), the cgroup's peak 
 liveness and readiness probes run in the cgroup during the bursts, each on its own clock with
 our manifests' periods, as the kubelet runs them (``--probes`` for another daemon).
 
-Results are kept per daemon (``bench/results/memory_limit-<side>.json``) and the section shows
-the last run of each, so ``python -m bench memory_limit`` (ours) and ``python -m bench
-memory_limit --daemon PATH --shim PATH --about TEXT`` (another) fill one table.
+Results are kept per label (``bench/results/memory_limit-<label>.json``; ``ours`` and ``theirs``
+by default) and the section shows the last run of each, so ``python -m bench memory_limit``
+(ours), ``python -m bench memory_limit --daemon PATH --shim PATH --about TEXT`` (another) and,
+say, ``--label ours-capped --daemon-config '{...}'`` fill one table.
 
 :class:`MemoryCgroup` is also the real-cgroup rig of ``tests/e2e/test_faults_memory.py``.
 """
@@ -217,6 +218,17 @@ def _leftovers(workdir: Path) -> tuple[int, int]:
     return caches, addresses
 
 
+def _warm(binary: Path) -> None:
+    """Read the daemon's executable once from outside the cgroup, so that its page cache is not
+    charged to it: the cgroup pays for the file pages its processes bring in *first*. Our
+    interpreter and its libraries are in every Python process's page cache on this host
+    already; without this the Go binary (51 MB) would be charged to its cgroup on a cold cache
+    and not on a warm one, and the same run would give two answers."""
+    with binary.open("rb") as file:
+        while file.read(1 << 20):
+            pass
+
+
 class Prober:
     """The DaemonSet's liveness (every 10 s) and readiness (every 5 s) probes, each on its own
     clock as the kubelet runs them (so they may overlap), in the cgroup, while a burst lasts;
@@ -290,6 +302,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 shim = Path(args.shim) if args.shim else await asyncio.to_thread(
                     install_shim, w / "bin"
                 )  # fmt: skip
+                await asyncio.to_thread(_warm, binary)
                 wrapper = cgroup.wrapper(binary, w / "daemon-in-cgroup")
                 network = bridge_conflist(bridge, "10.248.0.0/16", w / "d" / "ipam")
                 peer = PeerDaemon(
@@ -366,14 +379,20 @@ async def _burst(
 # --- publishing ------------------------------------------------------------------------------
 
 
-def _results_path(side: str) -> Path:
+def _saved_runs(label: str) -> list[dict[str, Any]]:
+    """The last saved run of every other label (``bench/results/memory_limit-<label>.json``)."""
     from bench.common import RESULTS
 
-    return RESULTS / f"{NAME}-{side}.json"
+    runs = []
+    for path in sorted(RESULTS.glob(f"{NAME}-*.json")):
+        if path.stem != f"{NAME}-{label}":
+            with contextlib.suppress(OSError, ValueError):
+                runs.append(json.loads(path.read_text()))
+    return runs
 
 
 def _rows(data: dict[str, Any]) -> list[str]:
-    label = data["side"]
+    label = data.get("label", data["side"])
     rows = []
     for b in data["bursts"]:
         add, dele = b["add"], b["del"]
@@ -397,7 +416,8 @@ def _errors(data: dict[str, Any]) -> list[str]:
             r = b[verb]
             if r["failures"]:
                 out.append(
-                    f"- {data['side']}, {b['width']} {verb.upper()}s: {r['failures']} failed; "
+                    f"- {data.get('label', data['side'])}, {b['width']} {verb.upper()}s: "
+                    f"{r['failures']} failed; "
                     f"first error: `{r['first_error']}`"
                 )
     return out
@@ -406,10 +426,11 @@ def _errors(data: dict[str, Any]) -> list[str]:
 def summarize(runs: list[dict[str, Any]]) -> str:
     text = []
     for data in runs:
+        label = data.get("label", data["side"])
         if data["side"] == "ours":
-            who = f"Ours (commit {data['built']})"
+            who = f"{label} (our daemon, commit {data['built']})"
         else:
-            who = f"Theirs: {data['about'] or data['daemon']} ({data['built']})"
+            who = f"{label}: {data['about'] or data['daemon']} ({data['built']})"
         extra = data.get("daemon_config") or {}
         if extra:
             who += f", daemon config plus `{json.dumps(extra)}`"
@@ -479,6 +500,11 @@ def main(argv: Sequence[str] = ()) -> int:
         "--daemon-config", default="{}", help="more daemon config keys, as a JSON object"
     )
     parser.add_argument(
+        "--label",
+        default=None,
+        help="the run's name in the table and in bench/results (default: ours, or theirs)",
+    )
+    parser.add_argument(
         "--no-publish", action="store_true", help="print the table, leave docs/ and results alone"
     )
     args = parser.parse_args(list(argv))
@@ -486,16 +512,14 @@ def main(argv: Sequence[str] = ()) -> int:
         parser.error("--daemon and --shim go together")
     data = asyncio.run(run(args))
     data["command"] = _command(argv)
-    side = data["side"]
-    runs = [data]
-    other = _results_path("theirs" if side == "ours" else "ours")
-    if other.exists():
-        runs.append(json.loads(other.read_text()))
-    runs.sort(key=lambda d: d["side"] != "ours")
+    label = args.label or data["side"]
+    data["label"] = label
+    runs = [data, *_saved_runs(label)]
+    runs.sort(key=lambda d: (d["side"] != "ours", d.get("label") != "ours", d.get("label", "")))
     if args.no_publish:
         print(summarize(runs))
         return 0
-    report(f"{NAME}-{side}", summarize(runs), data, section=NAME)
+    report(f"{NAME}-{label}", summarize(runs), data, section=NAME)
     return 0
 
 
