@@ -30,7 +30,7 @@ from multusd.cni.invoke import adopt_orphans
 from multusd.errors import INTERNAL, internal
 from multusd.metrics import Recorder
 from multusd.server.handlers import Handlers, error_response
-from multusd.server.listener import HalfCloseProtocol, protocol_options
+from multusd.server.listener import protocol_options
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,12 @@ async def upstream_errors(request: web.Request, handler: Handler) -> web.StreamR
 
 
 @web.middleware
-async def close_after_half_close(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A client that shut down its write side gets its answer, then the connection ends."""
+async def one_request_per_connection(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every answer ends its connection (``Connection: close``), as upstream's server, which
+    disables keep-alive: a connection is one request, so the intake's slot for it ends with
+    it (``server.intake``), and a client that shut down its write side gets its answer."""
     response = await handler(request)
-    protocol = request.protocol
-    if isinstance(protocol, HalfCloseProtocol) and protocol.peer_half_closed:
-        response.force_close()
+    response.force_close()
     return response
 
 
@@ -79,7 +79,7 @@ def build_app(
     # The metrics middleware sits outside upstream_errors so it counts the final status.
     middlewares: list[Middleware] = [
         (metrics or Recorder()).middleware,
-        close_after_half_close,
+        one_request_per_connection,
         upstream_errors,
     ]
     app = web.Application(

@@ -49,6 +49,14 @@ SHUTTING_DOWN = CNIError(TRY_AGAIN_LATER, "the daemon is shutting down; try agai
 CLIENT_GONE = internal("the client closed its connection")
 
 
+def too_many_requests(limit: int) -> CNIError:
+    """The refusal of a request beyond ``maxPendingRequests`` (code 11: the runtime retries)."""
+    return CNIError(
+        TRY_AGAIN_LATER,
+        f"too many requests in the daemon ({limit}, maxPendingRequests); try again later",
+    )
+
+
 @dataclass(eq=False)
 class _Job:
     """One admitted request: the task that runs it and, once cancelled by us, why."""
@@ -141,11 +149,7 @@ class ContainerQueue:
 
     def _admit(self, key: str | None, container: _Container | None) -> None:
         if len(self._jobs) >= self.total:
-            raise CNIError(
-                TRY_AGAIN_LATER,
-                f"too many requests in the daemon ({self.total}, maxPendingRequests); "
-                "try again later",
-            )
+            raise too_many_requests(self.total)
         if container is not None and len(container.jobs) >= self.per_container:
             raise CNIError(
                 TRY_AGAIN_LATER,

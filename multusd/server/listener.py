@@ -11,18 +11,19 @@ is closed. (Should a half-closed peer die later, that is noticed when the answer
 
 Bad HTTP, which aiohttp answers itself, gets a CNI error object here too.
 
-The daemon serves through :class:`UnixSocketSite` instead of ``web.SockSite``; everything else
-(``handler_cancellation``, the timeouts, the quiet logger) also works with aiohttp's site,
-through the app's ``handler_args``.
+The daemon serves through :class:`UnixSocketSite` instead of ``web.SockSite``: the half-close
+rule, and connections taken from the listening socket by ``server.intake`` (which decides when
+each is read). Everything else (``handler_cancellation``, the timeouts, the quiet logger) also
+works with aiohttp's site, through the app's ``handler_args``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import select
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -30,6 +31,9 @@ from aiohttp.web_request import BaseRequest
 
 from cni_shim.errors import DECODING_FAILURE, CNIError
 from multusd.server.handlers import Handlers, error_response
+from multusd.server.intake import Intake, IntakeLimits, peer_closed
+
+log = logging.getLogger(__name__)
 
 
 class OneLineLogger(logging.LoggerAdapter[logging.Logger]):
@@ -59,25 +63,30 @@ def protocol_options(handlers: Handlers) -> dict[str, Any]:
 def peer_hung_up(transport: asyncio.BaseTransport | None) -> bool:
     """Whether the peer closed its socket entirely (not just its write side)."""
     sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is None:
-        return True
-    poller = select.poll()
-    poller.register(sock.fileno(), 0)  # POLLHUP and POLLERR are always reported
-    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+    return sock is None or peer_closed(sock)
 
 
 class HalfCloseProtocol(web.RequestHandler):
     """aiohttp's protocol, answering clients that half-closed (see the module docstring)."""
 
-    peer_half_closed = False
-    """Set once the peer shut down its write side; ``app`` then closes after the answer."""
+    def __init__(self, *args: Any, on_end: Callable[[], None] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_end = on_end
+        """Called once when the connection ends (the intake's slot)."""
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            super().connection_lost(exc)
+        finally:
+            on_end, self._on_end = self._on_end, None
+            if on_end is not None:
+                on_end()
 
     # aiohttp annotates None; asyncio's contract is "true keeps the transport open".
     def eof_received(self) -> bool:  # type: ignore[override]
-        if peer_hung_up(self.transport):
-            return False  # gone: aiohttp closes, and the handler is cancelled
-        self.peer_half_closed = True
-        return True  # keep the transport open for the answer
+        # Gone: false, aiohttp closes and the handler is cancelled. Half-closed: true, the
+        # transport stays open for the answer (and every answer closes it).
+        return not peer_hung_up(self.transport)
 
     def handle_error(
         self,
@@ -97,21 +106,47 @@ class HalfCloseProtocol(web.RequestHandler):
 
 
 class UnixSocketSite(web.SockSite):
-    """``web.SockSite`` with :class:`HalfCloseProtocol` connections and our protocol options."""
+    """``web.SockSite`` with :class:`HalfCloseProtocol` connections and our protocol options,
+    taken from the listening socket by :class:`~multusd.server.intake.Intake` in their turn."""
 
     def __init__(self, runner: web.BaseRunner, sock: socket.socket, handlers: Handlers) -> None:
         super().__init__(runner, sock)
         self._options: dict[str, Any] = protocol_options(handlers)
         self._options.pop("handler_cancellation")  # the Server's, set through the app
         self._options["access_log"] = None  # as the daemon's runner: no access log
+        limits = handlers.limits
+        self.intake_limits = IntakeLimits(
+            active=limits.max_active, pending=limits.max_pending,
+            header_timeout=limits.header_timeout,
+        )  # fmt: skip
+        self.intake: Intake | None = None
+        self._connecting: set[asyncio.Task[None]] = set()
+        """Connections being handed to aiohttp (owned here: a failure is logged, not lost)."""
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
         loop = asyncio.get_running_loop()
         server = self._runner.server
         assert server is not None
+        options = self._options
 
-        def protocol() -> HalfCloseProtocol:
-            return HalfCloseProtocol(server, loop=loop, **self._options)
+        async def connect(sock: socket.socket, on_end: Callable[[], None] | None) -> None:
+            def protocol() -> HalfCloseProtocol:
+                return HalfCloseProtocol(server, loop=loop, on_end=on_end, **options)
 
-        self._server = await loop.create_server(protocol, sock=self._sock, backlog=self._backlog)
+            try:
+                await loop.connect_accepted_socket(protocol, sock=sock)
+            except Exception as exc:  # the peer is gone already, or out of memory
+                log.warning("could not serve a connection: %s", exc)
+                sock.close()
+                if on_end is not None:
+                    on_end()
+
+        def serve(sock: socket.socket, on_end: Callable[[], None] | None) -> None:
+            task = loop.create_task(connect(sock, on_end))
+            self._connecting.add(task)
+            task.add_done_callback(self._connecting.discard)
+
+        self.intake = Intake(self._sock, serve, self.intake_limits)
+        self.intake.start()
+        self._server = self.intake  # type: ignore[assignment]  # BaseSite.stop() closes it

@@ -14,8 +14,12 @@ Why these defaults (docs/configuration.md has the table):
   two requests (an ADD, then the DELs of Stop and Remove); 16 leaves room for retries while a
   runaway client cannot pile up work behind one hung container.
 * ``maxPendingRequests`` 1,024: twice the ADD and DEL of every pod on a 500-pod node at once
-  (the kubelet's default ``maxPods`` is 110); a waiting request costs ~25 KiB, so the queue is
-  bounded at ~25 MiB instead of growing until the OOM killer ends the daemon.
+  (the kubelet's default ``maxPods`` is 110). Beyond ``maxActiveRequests`` they wait unread,
+  costing the daemon a file descriptor each.
+* ``maxActiveRequests`` 32: a request read costs the daemon ~50 KiB until it is answered, one
+  not yet read nothing (the kernel charges it to the client). 32 keep two cores' worth of
+  plugins and the 50-QPS bucket busy (an ADD spends most of its time in plugins, which the
+  memory admission runs a few at a time under a 50 Mi limit anyway) at ~1.6 MiB.
 * ``requestHeaderTimeoutSeconds`` 10: Go's usual ``ReadHeaderTimeout`` (upstream's own metrics
   server uses 10 s); our shim sends its whole request at once, right after connecting.
 * ``requestBodyTimeoutSeconds`` 10: a request body is a few KiB written in one go.
@@ -38,7 +42,9 @@ class ServerSettings:
     max_pending_per_container: int = json_field("maxPendingRequestsPerContainer", 16)
     """Requests one container may have in the daemon (running or waiting); more get code 11."""
     max_pending: int = json_field("maxPendingRequests", 1024)
-    """CNI requests the daemon holds at once (running or waiting); more get code 11."""
+    """CNI requests the daemon holds at once (running or waiting, read or not); more get code 11."""
+    max_active: int = json_field("maxActiveRequests", 32)
+    """CNI requests read and in the daemon at once; more wait unread (``server.intake``)."""
     header_timeout: float = json_field("requestHeaderTimeoutSeconds", 10.0)
     """From connecting (or the previous answer) to a complete request header."""
     body_timeout: float = json_field("requestBodyTimeoutSeconds", 10.0)

@@ -150,6 +150,37 @@ async def test_probes_answer_while_plugins_hang(
     assert rig.reserved_ips() == []
 
 
+async def test_adds_beyond_max_active_wait_unread_and_a_del_supersedes_them(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
+) -> None:
+    daemon, rig = await _rig_daemon(start_daemon, workdir, bridge_name, maxActiveRequests=2)
+    envs = [pod_env(await netns()) for _ in range(3)]
+    adds = [
+        asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=e)) for e in envs
+    ]
+    async with asyncio.timeout(60):  # two of them hang; the third is not even read
+        while len(list(rig.pids_dir.iterdir())) < 2:
+            await asyncio.sleep(0.05)
+    unread = envs[2]["CNI_CONTAINERID"]
+    assert not (daemon.cni_dir / unread).exists()
+    for _ in range(3):
+        assert await _healthy(daemon)
+    # The DEL of the unread ADD's container ends that ADD without it ever running.
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=envs[2])
+    assert deleted.returncode == 0, deleted
+    superseded = await adds[2]
+    assert superseded.returncode == 1
+    assert "superseded by a DEL" in superseded.json()["msg"], superseded
+    assert len(list(rig.pids_dir.iterdir())) == 2, "the superseded ADD never ran a plugin"
+    # The DELs of the hung ones take the DELs' reserve of slots and supersede them in turn.
+    for env in envs[:2]:
+        assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
+    for add in adds[:2]:
+        assert (await add).returncode == 1
+    assert rig.reserved_ips() == []
+    assert no_traceback(daemon.log())
+
+
 async def test_sigterm_with_a_hung_add_exits_and_leaves_no_plugin(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
 ) -> None:
