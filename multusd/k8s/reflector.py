@@ -47,7 +47,6 @@ No tasks are spawned: cancelling ``run()`` closes the one open request and ends 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -55,6 +54,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from multusd.heap import return_freed_memory
 from multusd.k8s.errors import ApiError, Gone, error_from_status
 from multusd.k8s.store import (
     ADDED,
@@ -69,20 +69,6 @@ from multusd.k8s.store import (
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-_LIBC = ctypes.CDLL(None)
-
-
-def return_freed_memory() -> None:
-    """Hand the C heap's free pages back to the kernel (glibc's ``malloc_trim(0)``, well under
-    a millisecond). A relist frees a whole cache (and its decoded pages) at once; what the
-    C allocator keeps of that stays in the process's RSS, and in a memory-limited container
-    that counts. Python's own allocator returns its arenas as they empty. Without
-    ``malloc_trim`` (musl) this does nothing."""
-    trim = getattr(_LIBC, "malloc_trim", None)
-    if trim is not None:
-        trim(0)
-
 
 # A watch that ends normally this soon with no event at all is a server misbehaving.
 _SHORT_WATCH = 1.0

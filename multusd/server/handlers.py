@@ -37,6 +37,7 @@ from multusd.commands.status import status
 from multusd.config.override import override_config
 from multusd.config.schema import decode
 from multusd.errors import internal
+from multusd.heap import IdleTrim
 from multusd.logs import request_id
 from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import ContainerQueue, RequestGate
@@ -168,6 +169,7 @@ class Handlers:
     """Benchmark-only (``benchmarkReadinessStat``): the seed's per-request readiness stat."""
     settings: ServerSettings | None = None
     """The server's limits; ``None``: read from ``daemon_raw`` (a bad value: ``ConfigError``)."""
+    heap: IdleTrim = field(default_factory=IdleTrim)
     limits: ServerSettings = field(init=False)
     queue: ContainerQueue = field(init=False)
 
@@ -186,12 +188,15 @@ class Handlers:
     async def _serve(self, request: web.Request, *, hotplug: bool) -> web.Response:
         started = time.monotonic()
         self.state.in_flight += 1
+        self.heap.busy()
         try:
             return await self._handle(request, started, hotplug)
         finally:
             self.state.in_flight -= 1
-            if self.state.in_flight == 0 and self.state.idle is not None:
-                self.state.idle()
+            if self.state.in_flight == 0:
+                self.heap.idle()  # what a burst fragmented goes back to the kernel
+                if self.state.idle is not None:
+                    self.state.idle()
 
     @functools.cached_property
     def hotplug_settings(self) -> NetConf:
