@@ -30,6 +30,7 @@ from typing import Any
 
 from multusd.k8s.client import KubeClient
 from multusd.k8s.errors import ApiError
+from multusd.k8s.names import checked_namespace
 from multusd.k8s.ratelimit import Priority
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class EventRecorder:
     async def _post(self, event: dict[str, Any]) -> None:
         """Post one event; every failure is counted and logged, none leaves this method."""
         try:
-            namespace = event["metadata"]["namespace"]
+            namespace = checked_namespace(event["metadata"]["namespace"])
             await self._client.post(
                 f"/api/v1/namespaces/{namespace}/events",
                 event,

@@ -11,12 +11,15 @@ from typing import Any
 
 from multusd.k8s.client import KubeClient
 from multusd.k8s.errors import NotFound
+from multusd.k8s.names import checked_name, checked_namespace
 from multusd.k8s.store import Store, trim_nad
 
 NADS_GROUP_PATH = "/apis/k8s.cni.cncf.io/v1"
 
 
 def nad_path(namespace: str, name: str) -> str:
+    """The NAD's path; :class:`~multusd.k8s.names.InvalidName` for a name client-go refuses."""
+    namespace, name = checked_namespace(namespace), checked_name(name)
     return f"{NADS_GROUP_PATH}/namespaces/{namespace}/network-attachment-definitions/{name}"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from cni_shim.errors import INTERNAL, CNIError
 from multusd.k8s.client import KubeClient
 from multusd.k8s.errors import ApiError, Conflict, NotFound, is_transient
+from multusd.k8s.names import checked_name, checked_namespace
 from multusd.k8s.store import Store
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ def is_static(pod: dict[str, Any]) -> bool:
 
 
 def pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{name}"
+    """The pod's path; :class:`~multusd.k8s.names.InvalidName` for a name client-go refuses."""
+    return f"/api/v1/namespaces/{checked_namespace(namespace)}/pods/{checked_name(name)}"
 
 
 class PodLookup:

@@ -150,6 +150,38 @@ async def test_missing_pod_gets_an_empty_result_and_no_networks(
     assert not (daemon.cni_dir / env["CNI_CONTAINERID"]).exists()
 
 
+async def test_names_that_walk_the_api_path_are_refused_before_any_request(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    create_pod(kubesim, "victim", "kube-system")
+    uid = create_pod(kubesim, "web", **{"k8s.v1.cni.cncf.io/networks": "../secrets@net1"})
+    daemon = await start_kube(start_daemon, kubesim, workdir, conflist_file, podGetTimeoutSeconds=1)
+    kubesim.stats.reset()
+    walker = uid_env(await netns(), "../../kube-system/pods/victim", "uid-x")
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=walker)
+    assert added.returncode == 1
+    assert (
+        "invalid resource name \"../../kube-system/pods/victim\": [may not contain '/']"
+        in (added.json()["msg"])
+    ), added
+    assert kubesim.stats.count("get", "pods") == 0, "no request was made"
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=walker)
+    assert deleted.returncode == 0, deleted
+    # A NAD named from the annotation, in a namespace that is not one: the annotation's own
+    # rules (DNS-1123) refuse it first; nad_path would too (tests/unit/k8s/test_names.py).
+    added = await run_shim(
+        shim_path, "ADD", shim_config(daemon), env=uid_env(await netns(), "web", uid)
+    )
+    assert added.returncode == 1
+    assert "mismatch @ '..'" in added.json()["msg"], added
+    assert kubesim.stats.count("get", "secrets") == 0
+
+
 async def test_uid_mismatch_fails_add_but_not_del(
     start_daemon: StartDaemon,
     kubesim: KubeSim,
