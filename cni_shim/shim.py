@@ -14,7 +14,7 @@ from __future__ import annotations
 import posixpath
 
 from cni_shim import gojson, gojsonerr, readiness, skel, transport, wire
-from cni_shim.errors import INTERNAL, NOT_AVAILABLE, CNIError
+from cni_shim.errors import INTERNAL, NOT_AVAILABLE, TRY_AGAIN_LATER, CNIError
 from cni_shim.log import Logger
 
 TYPE_CHECKING = False
@@ -176,7 +176,9 @@ class _Shim:
     def delete(self, args: skel.CmdArgs) -> None:
         """DEL never fails once skel accepted it, unless the daemon is restarting.
 
-        The daemon's own answers, errors included, are only logged (upstream). When nobody
+        The daemon's own answers, errors included, are only logged (upstream), except code 11
+        ("try again later": ours refused it for now, full or shutting down), which fails the
+        DEL so that the runtime asks again instead of the DEL being lost. When nobody
         answers, the daemon's :class:`~cni_shim.readiness.RestartNote` decides: none, or a
         stale one, and the DEL is logged and dropped as upstream does; while a restart is
         under way the DEL waits for the replacement (bounded, like ADD) and is sent to it,
@@ -206,6 +208,8 @@ class _Shim:
                 except CNIError as retry:
                     raise self._fail(prefix, retry) from exc
             except CNIError as exc:
+                if exc.code == TRY_AGAIN_LATER:  # refused for now: the runtime must ask again
+                    raise self._fail(prefix, exc) from exc
                 self._fail(prefix, exc)
                 return
 

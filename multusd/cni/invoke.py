@@ -25,6 +25,7 @@ import signal
 import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -68,6 +69,30 @@ def plugin_deadline(at: float | None) -> Iterator[None]:
 def current_deadline() -> float | None:
     """The deadline :func:`plugin_deadline` set for this context, or ``None``."""
     return _deadline.get()
+
+
+@dataclass(slots=True)
+class Starts:
+    """How many plugins were started inside a :func:`counting_starts` block."""
+
+    count: int = 0
+
+
+_starts: contextvars.ContextVar[Starts | None] = contextvars.ContextVar(
+    "multusd_plugin_starts", default=None
+)
+
+
+@contextlib.contextmanager
+def counting_starts() -> Iterator[Starts]:
+    """Count the plugins this block starts: an ADD whose delegate never got to run a plugin
+    (refused for memory, or out of time before it) has nothing of it to roll back."""
+    starts = Starts()
+    token = _starts.set(starts)
+    try:
+        yield starts
+    finally:
+        _starts.reset(token)
 
 
 def adopt_orphans() -> bool:
@@ -262,6 +287,8 @@ class SubprocessExecutor:
         if why and limit is not None and limit <= 0:
             raise CNIError(TIMEOUT_CODE, f"netplugin {path} not run: the request's deadline passed")
         proc = await self._spawn(path, env)
+        if (starts := _starts.get()) is not None:
+            starts.count += 1
         try:
             async with asyncio.timeout(limit):
                 stdout, stderr = await proc.communicate(stdin)

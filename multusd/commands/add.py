@@ -15,7 +15,7 @@ from cni_shim import results
 from cni_shim.errors import CNIError
 from multusd.cni.api import RuntimeConf
 from multusd.cni.args import K8sArgs, parse_k8s_args
-from multusd.cni.invoke import current_deadline, plugin_deadline
+from multusd.cni.invoke import Starts, counting_starts, current_deadline, plugin_deadline
 from multusd.cni.routes import apply_default_routes, rewrite_cached_routes
 from multusd.commands import scratch
 from multusd.commands.context import CmdArgs, Services
@@ -163,6 +163,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
     try:
         for index, delegate in enumerate(delegates):
             started = index + 1
+            runs: Starts | None = None  # set once the delegate's plugins are about to run
             try:
                 rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args, legacy=True)
                 if index == 0:
@@ -175,12 +176,15 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
                         cmd.container_id, rt.ifname,
                     )  # fmt: skip
                 plugin = delegate.plugin_type or delegate.name
-                with services.metrics.phase("delegate", plugin=plugin):
+                with services.metrics.phase("delegate", plugin=plugin), counting_starts() as runs:
                     result = await delegate_add(cni, delegate, rt, ifname_checked=index == 0)
             except CNIError as exc:
                 if isinstance(exc, _CacheNotSaved):
                     raise
-                await _rollback(services, netconf, cmd, k8s, delegates[: index + 1])
+                # The failing delegate is rolled back too (upstream), unless none of its
+                # plugins ever started (refused for memory, or out of time before one).
+                ran = index + 1 if runs is None or runs.count else index
+                await _rollback(services, netconf, cmd, k8s, delegates[:ran])
                 name = delegate.network_name
                 raise exc.with_prefix(
                     f"[{k8s.pod_namespace}/{k8s.pod_name}/{k8s.pod_uid}:{name}]: "

@@ -62,6 +62,10 @@ async def _daemon_in(cgroup: MemoryCgroup, workdir: Path, **overrides: Any) -> C
     return daemon
 
 
+def _lines_of(log: str, container_id: str) -> list[str]:
+    return [line for line in log.splitlines() if repr(container_id) in line]
+
+
 def _addresses_held(workdir: Path) -> list[str]:
     """host-local's reservations under the test's IPAM dir."""
     ipam = workdir / "ipam"
@@ -131,8 +135,9 @@ async def test_no_room_until_the_deadline_is_code_11_and_leaves_nothing(
     fails with "try again later" (the runtime retries) instead of starting a plugin that would
     get the daemon OOM-killed; nothing is left behind."""
     daemon = await _daemon_in(
-        cgroup, workdir, clusterNetwork=str(conflist_file), requestTimeoutSeconds=3
-    )
+        cgroup, workdir, clusterNetwork=str(conflist_file), requestTimeoutSeconds=3,
+        logLevel="debug",
+    )  # fmt: skip
     try:
         config = shim_config(daemon)
         warm = pod_env(await netns())
@@ -147,6 +152,9 @@ async def test_no_room_until_the_deadline_is_code_11_and_leaves_nothing(
         assert "not run" in error["msg"] and "MiB free under the memory limit" in error["msg"]
         assert daemon.proc is not None and daemon.proc.returncode is None
         assert _addresses_held(workdir) == []
+        cid = env["CNI_CONTAINERID"]
+        # No plugin of it ever ran, so there is nothing to roll back: no DEL is run for it.
+        assert not [line for line in _lines_of(daemon.log(), cid) if "exec DEL" in line]
         cgroup.set_limit(256 * MiB)  # room again: the runtime's retry succeeds
         assert (await run_shim(shim_path, "ADD", config, env=env)).returncode == 0
         assert (await run_shim(shim_path, "DEL", config, env=env)).returncode == 0

@@ -467,6 +467,17 @@ def test_del_errors_only_logged(fake_daemon: FakeDaemon, route: Responder) -> No
     assert (code, out, err) == (0, "", "")
 
 
+def test_a_del_refused_with_code_11_fails_so_the_runtime_retries(
+    fake_daemon: FakeDaemon,
+) -> None:
+    refusal = b'{"code":11,"msg":"too many requests in the daemon (1024, maxPendingRequests)"}'
+    fake_daemon.routes["/cni"] = lambda req: response(400, refusal)
+    code, out, _ = run(env("DEL"), conf(fake_daemon))
+    assert code == 1
+    error = json.loads(out)
+    assert error["code"] == 11 and error["msg"].startswith("CmdDel (shim): "), error
+
+
 def test_del_no_daemon_logs_to_stderr(short_dir: str) -> None:
     stdin = conf(short_dir, logToStderr=True, logLevel="error")
     code, out, err = run(env("DEL"), stdin)
