@@ -67,6 +67,8 @@ from multusd.networks.podnetworks import KubeNetworks
 from multusd.server.app import build_app
 from multusd.server.concurrency import RequestGate
 from multusd.server.handlers import DaemonState, Handlers
+from multusd.server.health import HOST as HEALTH_HOST
+from multusd.server.health import health_site
 from multusd.server.listener import UnixSocketSite
 from multusd.server.socket import BoundSocket, bind_socket, prepare_socket_dir
 
@@ -317,7 +319,11 @@ async def serving(
     try:
         await UnixSocketSite(runner, sock.sock, handlers).start()
         log.info("listening on %s (%s)", config.socket_path, state.ready_reason)
-        yield runner
+        async with contextlib.AsyncExitStack() as probes:
+            if config.health_port is not None:
+                port = await probes.enter_async_context(health_site(handlers, config.health_port))
+                log.info("probes on %s:%d (/healthz, /readyz)", HEALTH_HOST, port)
+            yield runner
     finally:
         if state.in_flight:
             log.error("shutdown: cancelling %d request(s)", state.in_flight)

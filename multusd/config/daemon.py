@@ -85,6 +85,9 @@ class DaemonConfig(NetworkKeys):
     log_to_stderr: bool = json_field("logToStderr", False)
     log_options: LogOptions | None = json_field("logOptions", None)
     metrics_port: int | None = json_field("metricsPort", None)
+    health_port: int | None = json_field("healthPort", None)
+    """*multusd*: serve ``/healthz`` and ``/readyz`` on ``127.0.0.1:<port>`` for the kubelet's
+    ``httpGet`` probes (``server.health``: an exec probe costs the container ~5 MiB each run)."""
     enable_pprof: bool = json_field("enablePprof", False)
     connection_limit: int | None = json_field("connectionLimit", None)
     per_node_certificate: PerNodeCertificate | None = json_field("perNodeCertificate", None)
@@ -151,6 +154,12 @@ class DaemonConfig(NetworkKeys):
             "connectionLimit",
             limit is None or limit > 0,
             lambda: f"connection limit must be greater than 0, got {limit}",
+        )
+        port = self.health_port
+        check(
+            "healthPort",
+            port is None or 0 < port < 65536,
+            lambda: f"must be a TCP port (1-65535), got {port}",
         )
         check("kubeClientQPS", self.kube_client_qps > 0, lambda: "must be greater than 0")
         check("kubeClientBurst", self.kube_client_burst >= 1, lambda: "must be at least 1")

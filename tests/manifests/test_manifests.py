@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from cni_shim.shim import DEFAULT_SOCKET_DIR as SHIM_SOCKET_DIR
-from multusd.cli import main as multusd_main
 from multusd.config.daemon import DEFAULT_CONFIG_PATH, DaemonConfig, parse_daemon_config
 from multusd.k8s.nads import nad_path
 from multusd.kubesim import KubeSim
@@ -212,26 +211,19 @@ def test_node_name_comes_from_the_downward_api() -> None:
     assert env["MULTUS_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
-def test_probes_ask_the_daemons_health_endpoints(
-    short_tmp: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_probes_are_the_kubelets_http_requests_to_the_health_port() -> None:
     daemon = container("kube-multus")
-    liveness = daemon["livenessProbe"]["exec"]["command"]
-    readiness = daemon["readinessProbe"]["exec"]["command"]
-    assert liveness == [MULTUSD, "probe", "--config", DEFAULT_CONFIG_PATH]
-    assert readiness == [MULTUSD, "probe", "--ready", "--config", DEFAULT_CONFIG_PATH]
-    assert daemon["startupProbe"]["exec"]["command"] == liveness
+    port = daemon_config().health_port
+    assert port is not None
+    expected = {"host": "127.0.0.1", "port": port}
+    assert daemon["livenessProbe"]["httpGet"] == {**expected, "path": "/healthz"}
+    assert daemon["readinessProbe"]["httpGet"] == {**expected, "path": "/readyz"}
+    assert daemon["startupProbe"]["httpGet"] == daemon["livenessProbe"]["httpGet"]
     # Start-up may wait 45 s (readiness indicator) + 120 s (primary config) + 20 s (caches).
     startup = daemon["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 45 + 120 + 20
-    # The arguments are the CLI's: with no daemon listening the probe fails on the connect, not
-    # on the command line (argparse would exit 2).
-    config = short_tmp / "daemon-config.json"
-    config.write_text(json.dumps({"socketDir": str(short_tmp)}))
-    for argv in (liveness, readiness):
-        args = [str(config) if a == DEFAULT_CONFIG_PATH else a for a in argv[1:]]
-        assert multusd_main(args) == 1
-        assert "multus.sock" in capsys.readouterr().err
+    # 127.0.0.1 is the node's loopback only because the pod shares the node's network.
+    assert find("DaemonSet", "kube-multus-ds")["spec"]["template"]["spec"]["hostNetwork"] is True
 
 
 def test_resources_cover_the_measured_memory() -> None:
@@ -246,9 +238,7 @@ def test_resources_cover_the_measured_memory() -> None:
     measured = [float(m) for m in re.findall(r"\|\s*([\d.]+)\s*\|\s*$", block, re.MULTILINE)]
     assert measured, "no daemon RSS in docs/performance.md"
     idle = max(measured)
-    probe_rss = 13  # MiB, one `multusd probe`'s maximum RSS (docs/performance.md, 50 Mi section)
-    assert idle <= 64  # the request holds the idle daemon
-    assert idle + 2 * probe_rss <= 128  # the limit also holds a liveness and a readiness probe
+    assert idle <= 64  # the request holds the idle daemon (the probes are no processes here)
 
 
 def test_runs_privileged_on_every_node_as_upstream_thick() -> None:
