@@ -15,7 +15,9 @@ one is started again before the next burst, so every burst starts alike), failed
 the DELs left behind (delegate caches, host-local addresses), the cgroup's peak usage
 (``memory.max_usage_in_bytes``, ``memory.peak``) and the wall times. For ours, the DaemonSet's
 liveness and readiness probes run in the cgroup during the bursts, each on its own clock with
-our manifests' periods, as the kubelet runs them (``--probes`` for another daemon).
+our manifests' periods, as the kubelet runs them: its ``httpGet`` of ``127.0.0.1:<healthPort>``
+(``--probes exec``: ``multusd probe`` processes in the cgroup, as before our manifests moved off
+them; ``--probes`` for another daemon).
 
 Results are kept per label (``bench/results/memory_limit-<label>.json``; ``ours`` and ``theirs``
 by default) and the section shows the last run of each, so ``python -m bench memory_limit``
@@ -229,31 +231,58 @@ def _warm(binary: Path) -> None:
             pass
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class Prober:
     """The DaemonSet's liveness (every 10 s) and readiness (every 5 s) probes, each on its own
-    clock as the kubelet runs them (so they may overlap), in the cgroup, while a burst lasts;
-    the first of each at once. Ours only by default: upstream's DaemonSet has none."""
+    clock as the kubelet runs them (so they may overlap), while a burst lasts; the first of
+    each at once. ``http`` (our manifests): the kubelet's own GETs of ``127.0.0.1:<healthPort>``,
+    made here, outside the cgroup, as the kubelet makes them; ``exec``: ``multusd probe``
+    processes in the cgroup. Ours only by default: upstream's DaemonSet has none."""
 
-    def __init__(self, cgroup: MemoryCgroup, socket_dir: Path) -> None:
+    def __init__(self, cgroup: MemoryCgroup, socket_dir: Path, mode: str, port: int) -> None:
         multusd = Path(sys.executable).with_name("multusd")
         base = [str(multusd), "probe", "--socket-dir", str(socket_dir)]
-        self.probes = [(cgroup.argv(base), LIVENESS_PERIOD),
-                       (cgroup.argv([*base, "--ready"]), READINESS_PERIOD)]  # fmt: skip
+        self.mode = mode
+        self.port = port
+        self.probes = [(cgroup.argv(base), "/healthz", LIVENESS_PERIOD),
+                       (cgroup.argv([*base, "--ready"]), "/readyz", READINESS_PERIOD)]  # fmt: skip
         self.runs = self.failures = 0
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def _loop(self, argv: list[str], period: float) -> None:
-        while True:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-            )
-            self.runs += 1
+    async def _once(self, argv: list[str], path: str) -> bool:
+        if self.mode == "http":
+            import aiohttp
+
+            timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT)
             try:
-                code = await asyncio.wait_for(proc.wait(), PROBE_TIMEOUT)
-            except TimeoutError:  # the kubelet's timeoutSeconds: a failure
-                proc.kill()
-                code = await proc.wait() or 1
-            self.failures += code != 0
+                async with (
+                    aiohttp.ClientSession(timeout=timeout) as session,
+                    session.get(f"http://127.0.0.1:{self.port}{path}") as response,
+                ):
+                    return response.status == 200
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        try:
+            code = await asyncio.wait_for(proc.wait(), PROBE_TIMEOUT)
+        except TimeoutError:  # the kubelet's timeoutSeconds: a failure
+            proc.kill()
+            code = await proc.wait() or 1
+        return code == 0
+
+    async def _loop(self, argv: list[str], path: str, period: float) -> None:
+        while True:
+            self.runs += 1
+            self.failures += not await self._once(argv, path)
             await asyncio.sleep(period)
 
     def __enter__(self) -> Prober:
@@ -279,13 +308,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from multusd.shim_install import install_shim
 
     side = "theirs" if args.daemon else "ours"
-    probes = side == "ours" if args.probes is None else args.probes
+    probes = args.probes or ("http" if side == "ours" else "none")
+    extra = json.loads(args.daemon_config)
+    health_port = _free_port()
+    if probes == "http":
+        extra.setdefault("healthPort", health_port)
+        health_port = extra["healthPort"]
     binary = Path(args.daemon) if args.daemon else ours()
     bridge = f"mbm{uuid.uuid4().hex[:6]}"
     data: dict[str, Any] = {
         "side": side, "daemon": str(binary), "about": args.about, "limit_mib": args.limit_mib,
         "on_node": args.on_node, "elsewhere": args.elsewhere, "bursts": [],
-        "daemon_config": json.loads(args.daemon_config),
+        "daemon_config": json.loads(args.daemon_config), "probes": probes,
         "built": _our_commit() if side == "ours" else f"sha256 {_sha(binary)}",
         "load_before": os.getloadavg(),
     }  # fmt: skip
@@ -307,7 +341,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 network = bridge_conflist(bridge, "10.248.0.0/16", w / "d" / "ipam")
                 peer = PeerDaemon(
                     wrapper, w / "d", sim, network, node="sbs-node", log_level=args.log_level,
-                    extra=json.loads(args.daemon_config),
+                    extra=extra,
                 )  # fmt: skip
                 await peer.start()
                 try:
@@ -318,7 +352,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         peer = await _ensure_running(peer)
                         data["bursts"].append(
                             await _burst(peer, shim, cgroup, pool.take(width), netns_envs,
-                                         call_shim, Calls, probes=probes)
+                                         call_shim, Calls, probes=probes,
+                                         health_port=health_port)
                         )  # fmt: skip
                 finally:
                     await peer.stop()
@@ -344,7 +379,7 @@ async def _ensure_running(peer: Any) -> Any:
 
 async def _burst(
     peer: Any, shim: Path, cgroup: MemoryCgroup, pods: list[tuple[str, str]],
-    netns_envs: Any, call_shim: Any, calls_type: Any, *, probes: bool,
+    netns_envs: Any, call_shim: Any, calls_type: Any, *, probes: str, health_port: int,
 ) -> dict[str, Any]:  # fmt: skip
     """``pods`` ADDed at once, then DELed at once; the cgroup's figures around them."""
     result: dict[str, Any] = {"width": len(pods)}
@@ -353,7 +388,7 @@ async def _burst(
     async with netns_envs(pods) as envs:
         cgroup.reset_peak()
         kills = cgroup.oom_kills()
-        prober = Prober(cgroup, peer.socket_dir) if probes else None
+        prober = Prober(cgroup, peer.socket_dir, probes, health_port) if probes != "none" else None
         with prober or contextlib.nullcontext():
             for command in ("ADD", "DEL"):
                 calls = calls_type()
@@ -434,6 +469,10 @@ def summarize(runs: list[dict[str, Any]]) -> str:
         extra = data.get("daemon_config") or {}
         if extra:
             who += f", daemon config plus `{json.dumps(extra)}`"
+        probes = data.get("probes", "exec" if data["side"] == "ours" else "none")
+        who += {"http": ", the probes as the kubelet's HTTP GETs of healthPort",
+                "exec": ", the probes as `multusd probe` processes in the cgroup",
+                "none": ", no probes"}.get(probes, "")  # fmt: skip
         idle = data.get("idle", {})
         load = (data["load_before"][0], data["load_after"][0])
         text.append(
@@ -490,9 +529,11 @@ def main(argv: Sequence[str] = ()) -> int:
     )
     parser.add_argument(
         "--probes",
-        action=argparse.BooleanOptionalAction,
+        choices=("http", "exec", "none"),
         default=None,
-        help="run our exec probes in the cgroup during the bursts (default: with our daemon)",
+        help="the DaemonSet's probes during the bursts: the kubelet's GETs of healthPort "
+        "(default with our daemon, as our manifests), `multusd probe` processes in the cgroup, "
+        "or none (default with another daemon: upstream's DaemonSet has none)",
     )
     parser.add_argument("--keep-log", default=None, help="copy the daemon's log here at the end")
     parser.add_argument("--log-level", default="error", help="the daemon config's logLevel")

@@ -67,11 +67,12 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 def run_daemon(argv: Sequence[str]) -> int:
     import asyncio
 
-    from multusd import logs
+    from multusd import heap, logs
     from multusd.config.daemon import DEFAULT_CONFIG_PATH, load_daemon_config
     from multusd.daemon import run
     from multusd.errors import StartupError
 
+    heap.tune_allocator()  # before the first thread (the log writer) starts
     args = _daemon_parser().parse_args(argv)
     if args.version:
         print(version_line())

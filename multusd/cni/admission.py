@@ -69,13 +69,16 @@ it exits: a bridge pod's veth pair and its kernel objects hold ~86 KiB of kernel
 cgroup until its DEL (50 ADDs one at a time: +4.2 MiB, +0.8 left after their DELs); the usage
 read counts them. Heavier delegates need a bigger figure (the ``estimate`` parameter)."""
 
-RESERVE_BYTES = 6 * MiB
-"""Headroom kept free of plugins, for what the cgroup gains without asking admission: one exec
-probe. The kubelet runs them in the daemon's container, and ``multusd probe`` costs the cgroup
-6 MiB (measured as above; 4.6 MiB of it is the interpreter). The kubelet starts liveness and
-readiness on the same clock, so two may start at once; and a burst of requests grows the daemon
-itself before their plugins ask (200 held at once: ~+10 MiB). No reserve covers those when the
-daemon alone nearly fills the limit (docs/performance.md, "Under a 50 Mi limit")."""
+RESERVE_BYTES = 2 * MiB
+"""Headroom kept free of plugins, for what the cgroup gains without asking admission: the
+daemon itself as the requests of a burst are read. ``server.intake`` reads at most
+``maxActiveRequests`` (32) CNI requests at once, ~50 KiB each while in the daemon, so 2 MiB.
+
+The probes are not covered: our manifests' probes are the kubelet's ``httpGet`` of
+``healthPort`` (``server.health``), no process in the cgroup. An exec probe (``multusd probe``)
+costs the cgroup ~5 MiB per run, and the kubelet starts liveness and readiness on the same
+clock; under a limit as tight as upstream's 50 Mi, exec probes need that much more room than
+this reserve keeps (docs/performance.md, "Under a 50 Mi limit")."""
 
 POLL_INTERVAL = 0.05
 """How often the head of the queue looks again when no running plugin has finished meanwhile
@@ -324,8 +327,8 @@ class MemoryAdmission:
       admitting on a reading taken before that charge lands is how 30 starts at once would all
       see the same free memory. The bound is conservative by up to one estimate per running
       plugin; on two cores a handful of plugins at once already uses the CPU;
-    * ``reserve`` (:data:`RESERVE_BYTES`) is for what grows without asking: the kubelet's exec
-      probes, run in the same cgroup, and the daemon itself as a burst of requests arrives.
+    * ``reserve`` (:data:`RESERVE_BYTES`) is for what grows without asking: the daemon itself
+      as the requests of a burst are read.
       A DEL's execution may use it. A DEL gives memory back: its pod's interfaces hold kernel
       memory in this cgroup until it runs, so DELs that waited for the reserve could wait for
       good once enough pods are up. And a DEL refused is a DEL lost: the shim answers 0 to any
