@@ -320,7 +320,8 @@ class _Waiter:
 class MemoryAdmission:
     """Admits plugin executions while the cgroup's headroom covers one more (module docstring).
 
-    An execution is admitted when ``headroom >= estimate x (running + 1) + reserve``:
+    An execution is admitted when ``headroom >= estimate x (running + 1) + reserve``, without
+    the reserve when no plugin runs (the reserve then holds nothing back for anyone):
 
     * each running plugin is counted at ``estimate`` although the usage read may already
       include part of it, because one that has just been started has not been charged yet, and
@@ -408,7 +409,11 @@ class MemoryAdmission:
             log.warning("memory admission: cannot read the cgroup (%s); admitting", exc)
             return True
         self._last = reading
-        need = self.estimate * (self.running + 1) + (0 if urgent else self.reserve)
+        # With nothing running the reserve holds nothing back for anyone: the requests waiting
+        # for this plugin cannot grow the daemon meanwhile, and holding it back only runs them
+        # into their deadlines. So the first plugin needs only its own room.
+        reserve = 0 if urgent or self.running == 0 else self.reserve
+        need = self.estimate * (self.running + 1) + reserve
         return reading is None or reading.headroom >= need
 
     async def _acquire(self, deadline: float | None, what: str, urgent: bool) -> None:

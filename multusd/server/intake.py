@@ -159,7 +159,8 @@ class Intake:
     """CNI requests handed to the server and not yet ended."""
     _dels: deque[_Waiting] = field(default_factory=deque)
     _others: deque[_Waiting] = field(default_factory=deque)
-    _peeking: set[socket.socket] = field(default_factory=set)
+    _peeking: dict[socket.socket, asyncio.TimerHandle] = field(default_factory=dict)
+    """Connections not yet classified, with their header-timeout timers."""
     _retries: set[asyncio.TimerHandle] = field(default_factory=set)
     _loop: asyncio.AbstractEventLoop | None = None
     _accepting: bool = False
@@ -217,10 +218,11 @@ class Intake:
                 log.warning("accept failed: %s", exc)
                 return
             sock.setblocking(False)
-            self._peeking.add(sock)
-            loop.add_reader(sock.fileno(), self._look, sock)
             # Silent past the header timeout: closed, as aiohttp closes an idle connection.
-            self._later(self.limits.header_timeout, functools.partial(self._idle, sock))
+            self._peeking[sock] = loop.call_later(
+                self.limits.header_timeout, functools.partial(self._idle, sock)
+            )
+            loop.add_reader(sock.fileno(), self._look, sock)
 
     def _resume_accepting(self) -> None:
         if self._accepting and self._loop is not None:
@@ -270,8 +272,9 @@ class Intake:
             self._loop.add_reader(sock.fileno(), self._look, sock)
 
     def _forget(self, sock: socket.socket) -> None:
-        if sock in self._peeking and self._loop is not None:
-            self._peeking.discard(sock)
+        timer = self._peeking.pop(sock, None)
+        if timer is not None and self._loop is not None:
+            timer.cancel()
             with contextlib.suppress(ValueError, OSError):
                 self._loop.remove_reader(sock.fileno())
 

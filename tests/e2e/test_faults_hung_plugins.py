@@ -144,6 +144,10 @@ async def test_probes_answer_while_plugins_hang(
         assert await _healthy(daemon)
         async with asyncio.timeout(10):
             assert (await daemon.request("GET", "/readyz"))[0] == 200
+    # The hung ones first (the shims race to connect, so any two may be the hung ones): a DEL
+    # of the waiting ADD's container has no slot to inherit and would wait for one.
+    running = {path.name for path in rig.pids_dir.iterdir()}
+    envs.sort(key=lambda env: env["CNI_CONTAINERID"] not in running)
     for env in envs:
         assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
     await asyncio.gather(*adds)
@@ -161,22 +165,25 @@ async def test_adds_beyond_max_active_wait_unread_and_a_del_supersedes_them(
     async with asyncio.timeout(60):  # two of them hang; the third is not even read
         while len(list(rig.pids_dir.iterdir())) < 2:
             await asyncio.sleep(0.05)
-    unread = envs[2]["CNI_CONTAINERID"]
-    assert not (daemon.cni_dir / unread).exists()
+    running = {path.name for path in rig.pids_dir.iterdir()}
+    # Whichever shim connected last is the one not read (the shims race to connect).
+    (unread,) = [i for i, env in enumerate(envs) if env["CNI_CONTAINERID"] not in running]
+    assert not (daemon.cni_dir / envs[unread]["CNI_CONTAINERID"]).exists()
     for _ in range(3):
         assert await _healthy(daemon)
     # The DEL of the unread ADD's container ends that ADD without it ever running.
-    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=envs[2])
+    deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=envs[unread])
     assert deleted.returncode == 0, deleted
-    superseded = await adds[2]
+    superseded = await adds[unread]
     assert superseded.returncode == 1
     assert "superseded by a DEL" in superseded.json()["msg"], superseded
     assert len(list(rig.pids_dir.iterdir())) == 2, "the superseded ADD never ran a plugin"
     # The DELs of the hung ones take the DELs' reserve of slots and supersede them in turn.
-    for env in envs[:2]:
-        assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=env)).returncode == 0
-    for add in adds[:2]:
-        assert (await add).returncode == 1
+    hung = [i for i in range(3) if i != unread]
+    for i in hung:
+        assert (await run_shim(shim_path, "DEL", shim_config(daemon), env=envs[i])).returncode == 0
+    for i in hung:
+        assert (await adds[i]).returncode == 1
     assert rig.reserved_ips() == []
     assert no_traceback(daemon.log())
 
