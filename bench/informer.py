@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from bench.common import REPO, chart, proc_mib, report
-from multusd import kproto
+from multusd.k8s import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.reflector import Reflector, ReflectorSettings
 from multusd.k8s.store import Store, trim_pod
-from multusd.kubesim import KubeSim, podproto
+from multusd.kubesim import KubeSim, podproto, protoencode
 from multusd.kubesim.encoding import JSON, PROTOBUF
 from multusd.kubesim.operations import create, get, update
 from multusd.kubesim.resources import PODS
@@ -321,7 +321,7 @@ async def parent(count: int, page_size: int) -> list[dict[str, Any]]:
         kubeconfig = await sim.write_kubeconfig(tmp / "kubeconfig")
         for generation, protobuf in enumerate((False, True), start=1):
             row = await _child(sim, kubeconfig, count, page_size, protobuf, generation)
-            accept = kproto.MEDIA_TYPE if protobuf else "application/json"
+            accept = protobuf.MEDIA_TYPE if protobuf else "application/json"
             row["wire_bytes_per_pod"] = round(await _wire_bytes_per_pod(sim, accept, page_size))
             row["watch_bytes_per_event"] = _watch_bytes_per_event(sim, protobuf)
             rows.append(row)
@@ -361,7 +361,7 @@ def full_pod_decode(number: int = 20_000) -> dict[str, float]:
 
     official = official_pod_bytes()
     pod = realistic_pod(7)
-    emulated = kproto.wrap("Pod", podproto.pod_message(pod))
+    emulated = protoencode.wrap("Pod", podproto.pod_message(pod))
     as_json = json.dumps(pod, separators=(",", ":")).encode()
 
     def per_pod(func: Any) -> float:

@@ -27,7 +27,7 @@ from multusd.commands.delegate import (
     record_added_interface,
     runtime_for,
 )
-from multusd.k8s.devices import copy_device_plugin_info, load_device_info
+from multusd.k8s.devinfo import copy_device_plugin_info, load_device_info
 from multusd.k8s.pods import PodLookup
 from multusd.networks.delegates import Delegate
 from multusd.networks.gateways import route_actions

@@ -23,7 +23,7 @@ from multusd.cni.conf import (
 )
 from multusd.cni.netns import validate_ifname
 from multusd.commands.context import CmdArgs, Services
-from multusd.k8s.devices import device_info_file_path
+from multusd.k8s.devinfo import device_info_file_path
 from multusd.k8s.events import added_interface_message
 from multusd.networks.delegates import Delegate
 from multusd.networks.netconf import NetConf

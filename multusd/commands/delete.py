@@ -26,7 +26,7 @@ from multusd.commands.delegate import (
     device_info_path,
     runtime_for,
 )
-from multusd.k8s.devices import remove_device_info
+from multusd.k8s.devinfo import remove_device_info
 from multusd.networks.delegates import Delegate, delegate_from_bytes
 from multusd.networks.netconf import NetConf, load_netconf
 from multusd.networks.resolve import add_pod_delegates, resolve_delegates

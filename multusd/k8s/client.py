@@ -30,7 +30,7 @@ aiohttp speaks HTTP/1.1, so each open watch holds one connection besides the req
 
 With ``protobuf_pods`` (the default, as client-go's), pod reads (get, list, watch) ask for
 Kubernetes protobuf first and JSON second, and each response is decoded by its Content-Type:
-protobuf through ``multusd.kproto`` (which returns pods already trimmed to what the daemon
+protobuf through ``multusd.k8s.kproto`` (which returns pods already trimmed to what the daemon
 reads), anything else as JSON. Every other request, NADs included (CRDs have no protobuf form),
 stays JSON. A protobuf body our decoder cannot read turns protobuf off for the rest of the
 client's life (one warning) and the request is repeated as JSON: a server that sends something
@@ -56,8 +56,9 @@ from typing import Any
 
 import aiohttp
 
-from multusd import __version__, kproto
+from multusd import __version__
 from multusd.errors import StartupError
+from multusd.k8s import kproto
 from multusd.k8s.errors import (
     ApiError,
     Gone,
@@ -70,6 +71,7 @@ from multusd.k8s.errors import (
 from multusd.k8s.health import Contacts, is_failure
 from multusd.k8s.kubeconfig import ClusterConfig, load_cluster_config
 from multusd.k8s.ratelimit import BucketStatistics, Priority, TokenBucket
+from multusd.protobuf import MEDIA_TYPE
 
 __all__ = [
     "ClientSettings",
@@ -88,7 +90,7 @@ TOKEN_RECHECK = 60.0  # seconds between token-file mtime checks (kubernetes_asyn
 _WAIT_LOG_THRESHOLD = 0.010  # bucket waits above this are logged at debug
 _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 # client-go's order: protobuf preferred, JSON for whatever has no protobuf form.
-PROTOBUF_ACCEPT = f"{kproto.MEDIA_TYPE}, application/json"
+PROTOBUF_ACCEPT = f"{MEDIA_TYPE}, application/json"
 
 
 @dataclass(frozen=True)
@@ -394,12 +396,12 @@ class KubeClient:
                 log.debug("%s %s: %s; retry %d in %.1f s", key[0], key[1], exc, attempt, wait)
             await asyncio.sleep(wait)
         try:
-            if media == kproto.MEDIA_TYPE:
+            if media == MEDIA_TYPE:
                 decoded = kproto.decode(payload)
             else:
                 decoded = json.loads(payload) if payload else {}
         except ValueError as exc:
-            if media == kproto.MEDIA_TYPE and self._protobuf_pods:
+            if media == MEDIA_TYPE and self._protobuf_pods:
                 self._give_up_protobuf(f"{method} {path}", exc)
                 remaining = None if call.deadline is None else max(0.0, call.deadline - loop.time())
                 return await self._request(
@@ -498,7 +500,7 @@ class KubeClient:
             contacts.succeeded(resource)
             contacts.watch_opened(resource)
             noted = functools.partial(contacts.succeeded, resource)
-            if resp.content_type == kproto.MEDIA_TYPE:
+            if resp.content_type == MEDIA_TYPE:
                 events = _protobuf_events(resp, key, self._give_up_protobuf, noted)
             else:
                 events = _events(resp, key, noted)
@@ -598,7 +600,7 @@ def _retry_after(exc: ApiError, allowed: bool, deadline: float | None, now: floa
 
 def _error(status: int, payload: bytes, headers: Mapping[str, str], media: str) -> ApiError:
     """The error of a failed response, its Status read in whichever encoding it came."""
-    if media == kproto.MEDIA_TYPE:
+    if media == MEDIA_TYPE:
         try:
             status_obj = kproto.decode_status(payload)
         except ValueError:

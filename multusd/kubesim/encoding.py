@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from multusd import kproto
-from multusd.kubesim import podproto
+from multusd.kubesim import podproto, protoencode
 from multusd.kubesim.errors import bad_request, not_acceptable
 from multusd.kubesim.kindproto import MESSAGES
+from multusd.protobuf import MEDIA_TYPE, STREAM_MEDIA_TYPE
 
 JSON_MEDIA_TYPE = "application/json"
-PROTOBUF_MEDIA_TYPE = kproto.MEDIA_TYPE
+PROTOBUF_MEDIA_TYPE = MEDIA_TYPE
 _PROTO_CACHE_SIZE = 100_000  # bare messages kept, keyed by their stored JSON bytes
 
 
@@ -100,36 +100,36 @@ class ProtobufEncoder(Encoder):
         remaining = meta.get("remainingItemCount")
         table = self.table
         # ListMeta = 1, items = 2: every list message has this shape, PodList's encoder fits.
-        message = kproto.pod_list_message(
+        message = protoencode.pod_list_message(
             (_message(raw, table) for raw in items),
             resource_version=str(meta.get("resourceVersion") or ""),
             continue_token=str(meta.get("continue") or ""),
             remaining_item_count=remaining if isinstance(remaining, int) else None,
         )
-        return kproto.wrap(kind, message, api_version)
+        return protoencode.wrap(kind, message, api_version)
 
     def watch_event(self, event_type: str, obj: bytes) -> bytes:
         # A watch carries pods (cached conversion) and, on ERROR, a Status the emulator just
         # rendered itself with "kind" first, so a prefix test tells them apart cheaply.
         if obj.startswith(b'{"kind":"Status"'):
-            status = kproto.encode_status(json.loads(obj))
-            return kproto.encode_watch_event(event_type, status)
-        return kproto.encode_watch_event(event_type, self._wrap(_message(obj, self.table)))
+            status = protoencode.encode_status(json.loads(obj))
+            return protoencode.encode_watch_event(event_type, status)
+        return protoencode.encode_watch_event(event_type, self._wrap(_message(obj, self.table)))
 
     def object(self, obj: Any) -> bytes:
         """A stored object (bytes) or a dict: a Status, or an object of this encoder's kind."""
         if isinstance(obj, bytes):
             return self._wrap(_message(obj, self.table))
         if obj.get("kind") == "Status":
-            return kproto.encode_status(obj)
+            return protoencode.encode_status(obj)
         return self._wrap(podproto.message(obj, self.table))
 
     def _wrap(self, message: bytes) -> bytes:
-        return kproto.wrap(self.kind, message, self.api_version)
+        return protoencode.wrap(self.kind, message, self.api_version)
 
     @property
     def stream_media_type(self) -> str:
-        return kproto.STREAM_MEDIA_TYPE
+        return STREAM_MEDIA_TYPE
 
 
 _PROTOBUF_BY_KIND = {

@@ -1,11 +1,11 @@
 """Pods in Kubernetes protobuf as a real API server sends them: every field, not just ours.
 
-``multusd.kproto`` writes only the fields the daemon reads. That is enough for correctness
-tests, but an emulator that sent only those would flatter the daemon in every protobuf
-benchmark (760 bytes a pod instead of ~2,800, and nothing for the decoder to skip). So the
-emulator encodes its stored JSON pods with this table of ``core/v1`` messages: the fields pods
-commonly carry (containers with env, ports, resources, probes and mounts; volumes; tolerations;
-status with conditions and container states), numbered as in ``k8s.io/api`` and
+``multusd.kubesim.protoencode.pod_message`` writes only the fields the daemon reads. That is
+enough for correctness tests, but an emulator that sent only those would flatter the daemon in
+every protobuf benchmark (760 bytes a pod instead of ~2,800, and nothing for the decoder to
+skip). So the emulator encodes its stored JSON pods with this table of ``core/v1`` messages: the
+fields pods commonly carry (containers with env, ports, resources, probes and mounts; volumes;
+tolerations; status with conditions and container states), numbered as in ``k8s.io/api`` and
 ``k8s.io/apimachinery`` ``generated.proto``. JSON keys outside the table are dropped, as a
 typed decode would drop unknown ones. Checked against a pod serialised by the official protobuf
 runtime (``tests/kproto_fixtures.py``).
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from multusd.kproto import put_bytes, put_int, put_str, time_message
+from multusd.kubesim.protoencode import put_bytes, put_int, put_str, time_message
 
 # Field kinds: how a JSON value becomes wire bytes (and back). INT0/BOOL0: a zero is unset
 # (Go's non-pointer omitempty fields); MICROTIME: metav1.MicroTime (microseconds kept).

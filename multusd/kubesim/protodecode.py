@@ -4,9 +4,10 @@ kubectl's typed commands (``kubectl create namespace``, ...) and client-go progr
 built-in kinds as ``application/vnd.kubernetes.protobuf``: the ``k8s\\0`` magic and a
 ``runtime.Unknown`` (typeMeta = 1 {apiVersion = 1, kind = 2}, raw = 2, contentEncoding = 3,
 contentType = 4) whose ``raw`` is the object's own message. The raw message is read with the
-same tables the emulator encodes with (``podproto``, ``kindproto``), walked by the daemon's
-protobuf reader (``multusd.kproto``'s field scanner), so a field has one description for both
-directions. Fields outside the tables are skipped, as a typed decode skips unknown ones.
+same tables the emulator encodes with (``podproto``, ``kindproto``), walked by the project's
+one protobuf reader (``multusd.protobuf``'s field scanner, the daemon's too), so a field has one
+description for both directions. Fields outside the tables are skipped, as a typed decode skips
+unknown ones.
 
 The result is what Go's JSON encoder would write for the typed object the body decodes to:
 empty strings, and zeros of ``omitempty`` non-pointer fields (``INT0``/``BOOL0``), are left out,
@@ -25,7 +26,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from multusd.kproto import MAGIC, _int, _scan, _tag, _unwrap, _varint
 from multusd.kubesim.errors import ApiError, bad_request
 from multusd.kubesim.kindproto import DELETE_OPTIONS, MESSAGES
 from multusd.kubesim.podproto import (
@@ -45,16 +45,16 @@ from multusd.kubesim.podproto import (
     VARINT_KINDS,
     Table,
 )
+from multusd.protobuf import LEN, MAGIC, VARINT, envelope, scan, signed, tag, varint
 
 Obj = dict[str, Any]
 
-_VARINT, _LEN = 0, 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _GO_ZERO_TIME = -62_135_596_800  # time.Time{}.Unix(): Go's zero time, JSON null
-_TIMESTAMP = frozenset((_tag(1, _VARINT), _tag(2, _VARINT)))
-_ENTRY = frozenset((_tag(1, _LEN), _tag(2, _LEN)))
-_QUANTITY = frozenset((_tag(1, _LEN),))
-_INT_OR_STRING = frozenset((_tag(1, _VARINT), _tag(2, _VARINT), _tag(3, _LEN)))
+_TIMESTAMP = frozenset((tag(1, VARINT), tag(2, VARINT)))
+_ENTRY = frozenset((tag(1, LEN), tag(2, LEN)))
+_QUANTITY = frozenset((tag(1, LEN),))
+_INT_OR_STRING = frozenset((tag(1, VARINT), tag(2, VARINT), tag(3, LEN)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +76,9 @@ def _index(table: Table) -> _Index:
         fields: dict[int, tuple[str, int, Any]] = {}
         wrong: set[int] = set()
         for key, (number, kind, sub) in table.items():
-            wire = _VARINT if kind in VARINT_KINDS else _LEN
-            fields[_tag(number, wire)] = (key, kind, sub)
-            wrong.add(_tag(number, _LEN if wire == _VARINT else _VARINT))
+            wire = VARINT if kind in VARINT_KINDS else LEN
+            fields[tag(number, wire)] = (key, kind, sub)
+            wrong.add(tag(number, LEN if wire == VARINT else VARINT))
         found = _indexes[id(table)] = _Index(fields, frozenset((*fields, *wrong)))
     return found
 
@@ -101,11 +101,11 @@ def _timestamp(buf: bytes, a: int, b: int, *, micro: bool) -> str | None:
     """``meta.Time``/``MicroTime`` {seconds = 1, nanos = 2} as its JSON text; None for Go's
     zero time (written as an empty message)."""
     seconds = nanos = 0
-    for tag, x, y in _scan(buf, a, b, _TIMESTAMP):
-        if tag == _tag(1, _VARINT):
-            seconds = _int(buf, x, y, 64)
+    for wire_tag, x, y in scan(buf, a, b, _TIMESTAMP):
+        if wire_tag == tag(1, VARINT):
+            seconds = signed(buf, x, y, 64)
         else:
-            nanos = _int(buf, x, y, 32)
+            nanos = signed(buf, x, y, 32)
     if a == b or (seconds == _GO_ZERO_TIME and not nanos):
         return None
     try:
@@ -120,11 +120,11 @@ def _entry(buf: bytes, a: int, b: int, kind: int) -> tuple[str, str]:
     """A map entry {key = 1, value = 2}; a QMAP's value is a ``resource.Quantity`` {string = 1}."""
     key = value = ""
     quantity = kind == QMAP
-    for tag, x, y in _scan(buf, a, b, _ENTRY):
-        if tag == _tag(1, _LEN):
+    for wire_tag, x, y in scan(buf, a, b, _ENTRY):
+        if wire_tag == tag(1, LEN):
             key = _text(buf, x, y)
         elif quantity:
-            for _, q1, q2 in _scan(buf, x, y, _QUANTITY):
+            for _, q1, q2 in scan(buf, x, y, _QUANTITY):
                 value = _text(buf, q1, q2)
         else:
             value = _text(buf, x, y)
@@ -136,11 +136,11 @@ def _int_or_string(buf: bytes, a: int, b: int) -> int | str:
     is_string = False
     number = 0
     text = ""
-    for tag, x, y in _scan(buf, a, b, _INT_OR_STRING):
-        if tag == _tag(1, _VARINT):
-            is_string = _varint(buf, x, y)[0] == 1
-        elif tag == _tag(2, _VARINT):
-            number = _int(buf, x, y, 32)
+    for wire_tag, x, y in scan(buf, a, b, _INT_OR_STRING):
+        if wire_tag == tag(1, VARINT):
+            is_string = varint(buf, x, y)[0] == 1
+        elif wire_tag == tag(2, VARINT):
+            number = signed(buf, x, y, 32)
         else:
             text = _text(buf, x, y)
     return text if is_string else number
@@ -156,11 +156,11 @@ def decode_message(buf: bytes, a: int, b: int, table: Table) -> Obj:
     index = _index(table)
     fields = index.fields
     obj: Obj = {}
-    for tag, x, y in _scan(buf, a, b, index.wanted):
-        field = fields.get(tag)
+    for wire_tag, x, y in scan(buf, a, b, index.wanted):
+        field = fields.get(wire_tag)
         if field is None:
-            name = _field_name(table, tag >> 3)
-            raise ValueError(f"proto: wrong wireType = {tag & 7} for field {name}")
+            name = _field_name(table, wire_tag >> 3)
+            raise ValueError(f"proto: wrong wireType = {wire_tag & 7} for field {name}")
         key, kind, sub = field
         if kind == STR:
             _set(obj, key, _text(buf, x, y) if x != y else None)
@@ -169,10 +169,10 @@ def decode_message(buf: bytes, a: int, b: int, table: Table) -> Obj:
         elif kind == MSGS:
             obj.setdefault(key, []).append(decode_message(buf, x, y, sub))
         elif kind in (INT, INT0):
-            number = _int(buf, x, y, 64)
+            number = signed(buf, x, y, 64)
             _set(obj, key, number if number or kind == INT else None)
         elif kind in (BOOL, BOOL0):
-            flag = _varint(buf, x, y)[0] != 0
+            flag = varint(buf, x, y)[0] != 0
             _set(obj, key, flag if flag or kind == BOOL else None)
         elif kind == STRS:
             obj.setdefault(key, []).append(_text(buf, x, y))
@@ -218,7 +218,7 @@ def _envelope(body: bytes) -> tuple[str, str, int, int]:
         )
     if len(body) == len(MAGIC):
         raise ValueError("empty body")
-    return _unwrap(body, 0, len(body))
+    return envelope(body, 0, len(body))
 
 
 def decode_object(body: bytes, api_version: str, kind: str) -> Obj:

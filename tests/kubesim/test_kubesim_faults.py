@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from multusd import kproto
+from multusd import protobuf
 from multusd.kubesim import KubeSim
 from multusd.kubesim.client import ControlClient
 from multusd.kubesim.faults import ErrorRule, LatencyRule
@@ -229,7 +229,7 @@ async def test_content_negotiation(kubesim: KubeSim, http: aiohttp.ClientSession
     async with http.get("/api/v1/namespaces/default", headers=proto_first) as resp:
         assert resp.status == 200
         assert resp.content_type == "application/vnd.kubernetes.protobuf"
-        assert kproto.unwrap(await resp.read())[:2] == ("v1", "Namespace")
+        assert protobuf.unwrap(await resp.read())[:2] == ("v1", "Namespace")
     only_proto = {"Accept": "application/vnd.kubernetes.protobuf"}
     nads = "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions"
     async with http.get(nads, headers=proto_first) as resp:

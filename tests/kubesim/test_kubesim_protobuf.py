@@ -7,8 +7,9 @@ from typing import Any
 
 import aiohttp
 
-from multusd import kproto
-from multusd.kubesim import KubeSim, kindproto, podproto, protodecode
+from multusd import protobuf
+from multusd.k8s import kproto
+from multusd.kubesim import KubeSim, kindproto, podproto, protodecode, protoencode
 from multusd.kubesim.podproto import MSG, MSGS, STR, Table
 from multusd.kubesim.resources import PODS
 
@@ -19,7 +20,7 @@ SEND_JSON_BACK = {"Content-Type": PROTOBUF, "Accept": "application/json"}
 
 def body(obj: dict[str, Any], kind: str, api_version: str = "v1") -> bytes:
     table = kindproto.MESSAGES[(api_version, kind)]
-    return kproto.wrap(kind, podproto.message(obj, table), api_version)
+    return protoencode.wrap(kind, podproto.message(obj, table), api_version)
 
 
 async def read(resp: aiohttp.ClientResponse, kind: str, api_version: str = "v1") -> Any:
@@ -28,7 +29,7 @@ async def read(resp: aiohttp.ClientResponse, kind: str, api_version: str = "v1")
     if resp.content_type == "application/json":
         return await resp.json()
     assert resp.content_type == PROTOBUF
-    if kproto.unwrap(data)[1] == "Status":
+    if protobuf.unwrap(data)[1] == "Status":
         return kproto.decode_status(data)
     return protodecode.decode_object(data, api_version, kind)
 
@@ -78,14 +79,16 @@ async def test_pod_create_put_status_and_delete_in_protobuf(
 
     # DELETE with protobuf DeleteOptions: a wrong uid precondition fails, then a plain one.
     options = kindproto.DELETE_OPTIONS
-    wrong = kproto.wrap("DeleteOptions", podproto.message({"preconditions": {"uid": "x"}}, options))
+    wrong = protoencode.wrap(
+        "DeleteOptions", podproto.message({"preconditions": {"uid": "x"}}, options)
+    )
     async with http.delete(f"{url}/web", data=wrong, headers=SEND) as resp:
         assert resp.status == 409
         assert "Precondition failed: UID in precondition: x" in (await read(resp, "Pod"))["message"]
-    dry = kproto.wrap("DeleteOptions", podproto.message({"dryRun": ["All"]}, options))
+    dry = protoencode.wrap("DeleteOptions", podproto.message({"dryRun": ["All"]}, options))
     async with http.delete(f"{url}/web", data=dry, headers=SEND) as resp:
         assert resp.status == 400
-    grace = kproto.wrap("DeleteOptions", podproto.message({"gracePeriodSeconds": 0}, options))
+    grace = protoencode.wrap("DeleteOptions", podproto.message({"gracePeriodSeconds": 0}, options))
     async with http.delete(f"{url}/web", data=grace, headers=SEND) as resp:
         assert resp.status == 200
         assert (await read(resp, "Pod"))["metadata"]["name"] == "web"
@@ -129,7 +132,7 @@ async def test_namespace_and_events_in_protobuf(
     # A list in protobuf: the same Event table, read as the items of an EventList.
     async with http.get(url, headers={"Accept": PROTOBUF}) as resp:
         assert resp.content_type == PROTOBUF
-        api_version, kind, raw = kproto.unwrap(await resp.read())
+        api_version, kind, raw = protobuf.unwrap(await resp.read())
     assert (api_version, kind) == ("v1", "EventList")
     listed = protodecode.decode_message(raw, 0, len(raw), list_table(kindproto.EVENT))
     assert [e["reason"] for e in listed["items"]] == ["AddedInterface"]
@@ -154,7 +157,7 @@ async def test_undecodable_body_gets_400_in_the_asked_encoding(
         "the object provided is unrecognized (must be of type Namespace): unexpected EOF "
         "(6b3873000a05)"
     )
-    pod = kproto.encode_pod({"metadata": {"name": "p"}})
+    pod = protoencode.encode_pod({"metadata": {"name": "p"}})
     async with http.post(url, data=pod, headers=SEND_JSON_BACK) as resp:
         assert resp.status == 400
         assert (await resp.json())["message"] == (

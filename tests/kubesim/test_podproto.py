@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from multusd import kproto
+from multusd import protobuf
+from multusd.k8s import kproto
 from multusd.k8s.store import trim_pod
-from multusd.kubesim import podproto, protodecode
+from multusd.kubesim import podproto, protodecode, protoencode
 from tests.kproto_fixtures import OFFICIAL_POD_TRIMMED, official_pod_bytes
 
 STAMP = "2024-05-01T10:00:00Z"
@@ -108,16 +109,16 @@ def _paths(buf: bytes, table: podproto.Table, prefix: Path = ()) -> set[Path]:
 
 
 def test_every_field_we_write_is_where_the_official_runtime_puts_it() -> None:
-    _, _, official = kproto.unwrap(official_pod_bytes())
+    _, _, official = protobuf.unwrap(official_pod_bytes())
     ours = podproto.pod_message(POD)
     missing = _paths(ours, podproto.POD) - _paths(official, podproto.POD)
     assert not missing, sorted(missing)
 
 
 def test_the_daemon_decodes_a_complete_pod_to_its_trim() -> None:
-    body = kproto.wrap("Pod", podproto.pod_message(POD))
+    body = protoencode.wrap("Pod", podproto.pod_message(POD))
     assert kproto.decode_pod(body) == trim_pod(POD)
-    assert len(body) > 3 * len(kproto.encode_pod(POD))  # the trimmed form hides most bytes
+    assert len(body) > 3 * len(protoencode.encode_pod(POD))  # the trimmed form hides most bytes
     assert len(body) < len(json.dumps(POD, separators=(",", ":")))
 
 
@@ -157,7 +158,7 @@ def _empty_fields(buf: bytes, table: podproto.Table, prefix: Path = ()) -> set[P
 
 
 def test_a_complete_pod_round_trips_through_the_one_table() -> None:
-    body = kproto.wrap("Pod", podproto.pod_message(POD))
+    body = protoencode.wrap("Pod", podproto.pod_message(POD))
     assert protodecode.decode_object(body, "v1", "Pod") == {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -173,8 +174,8 @@ def test_the_official_runtimes_pod_decodes_and_encodes_back() -> None:
     decoded = protodecode.decode_object(official, "v1", "Pod")
     assert trim_pod(decoded) == OFFICIAL_POD_TRIMMED
     assert len(decoded["spec"]["containers"]) == 2
-    _, _, raw = kproto.unwrap(official)
+    _, _, raw = protobuf.unwrap(official)
     again = podproto.pod_message(decoded)
     lost = _paths(raw, podproto.POD) - _paths(again, podproto.POD)
     assert lost and lost <= _empty_fields(raw, podproto.POD)
-    assert protodecode.decode_object(kproto.wrap("Pod", again), "v1", "Pod") == decoded
+    assert protodecode.decode_object(protoencode.wrap("Pod", again), "v1", "Pod") == decoded

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from multusd import kproto
-from multusd.kproto import put_bytes, put_int, put_str
-from multusd.kubesim import kindproto, podproto, protodecode
+from multusd import protobuf
+from multusd.kubesim import kindproto, podproto, protodecode, protoencode
 from multusd.kubesim.errors import ApiError
+from multusd.kubesim.protoencode import put_bytes, put_int, put_str
 
 # Request bodies kubectl 1.33.1 sent to the emulator (captured from its request handler):
 # `kubectl create namespace x`, the pod of `kubectl debug p1 --copy-to=p2 --image=busybox
@@ -70,7 +70,7 @@ def test_kubectl_delete_options_body() -> None:
 
 def _round_trip(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
     table = kindproto.MESSAGES[(api_version, kind)]
-    body = kproto.wrap(kind, podproto.message(obj, table), api_version)
+    body = protoencode.wrap(kind, podproto.message(obj, table), api_version)
     decoded = protodecode.decode_object(body, api_version, kind)
     assert decoded.pop("apiVersion") == api_version and decoded.pop("kind") == kind
     return decoded
@@ -152,7 +152,7 @@ def test_zero_values_follow_go_json() -> None:
     put_bytes(pod, 1, bytes(meta))
     put_bytes(pod, 2, bytes(spec))
     put_bytes(pod, 3, bytes(status))
-    decoded = protodecode.decode_object(kproto.wrap("Pod", bytes(pod)), "v1", "Pod")
+    decoded = protodecode.decode_object(protoencode.wrap("Pod", bytes(pod)), "v1", "Pod")
     assert decoded == {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -178,7 +178,7 @@ def test_unknown_fields_are_skipped_and_times_read_as_go_does() -> None:
     put_str(meta, 100, "x")
     pod = bytearray()
     put_bytes(pod, 1, bytes(meta))
-    body = kproto.wrap("Pod", bytes(pod))
+    body = protoencode.wrap("Pod", bytes(pod))
     assert protodecode.decode_object(body, "v1", "Pod")["metadata"] == {
         "name": "p",
         "creationTimestamp": "2024-05-01T10:00:00Z",
@@ -187,7 +187,7 @@ def test_unknown_fields_are_skipped_and_times_read_as_go_does() -> None:
 
 def test_envelope_defaults_and_kind_from_the_body() -> None:
     # An envelope without typeMeta takes the resource's kind, as Go's copyKindDefaults does.
-    bare = bytearray(kproto.MAGIC)
+    bare = bytearray(protobuf.MAGIC)
     put_bytes(bare, 2, podproto.message({"metadata": {"name": "n"}}, kindproto.NAMESPACE))
     assert protodecode.decode_object(bytes(bare), "v1", "Namespace") == {
         "apiVersion": "v1",
@@ -195,7 +195,9 @@ def test_envelope_defaults_and_kind_from_the_body() -> None:
         "metadata": {"name": "n"},
     }
     # A body of another known kind is read as that kind (the create then refuses the kind).
-    pod = protodecode.decode_object(kproto.encode_pod({"metadata": {"name": "p"}}), "v1", "Event")
+    pod = protodecode.decode_object(
+        protoencode.encode_pod({"metadata": {"name": "p"}}), "v1", "Event"
+    )
     assert pod["kind"] == "Pod"
 
 
@@ -214,20 +216,20 @@ def test_undecodable_bodies_get_the_api_servers_400() -> None:
         "the object provided is unrecognized (must be of type Pod): provided data does not "
         'appear to be a protobuf message, expected prefix [107 56 115 0] ({"kind":"Pod"})'
     )
-    whole = kproto.encode_pod({"metadata": {"name": "p", "namespace": "default"}})
+    whole = protoencode.encode_pod({"metadata": {"name": "p", "namespace": "default"}})
     assert _message(whole[:-3]) == (
         "the object provided is unrecognized (must be of type Pod): unexpected EOF "
         f"({whole[:30].hex()} ...)"
     )
     # The envelope is fine, the Pod inside is not.
-    assert _message(kproto.wrap("Pod", b"\x0a\x05\x0a\x03ab")) == (
+    assert _message(protoencode.wrap("Pod", b"\x0a\x05\x0a\x03ab")) == (
         'Pod in version "v1" cannot be handled as a Pod: unexpected EOF'
     )
-    assert _message(kproto.wrap("Pod", b"\x08\x01")) == (
+    assert _message(protoencode.wrap("Pod", b"\x08\x01")) == (
         'Pod in version "v1" cannot be handled as a Pod: proto: wrong wireType = 0 for field '
         "metadata"
     )
-    assert _message(kproto.wrap("ConfigMap", b""), kind="Namespace") == (
+    assert _message(protoencode.wrap("ConfigMap", b""), kind="Namespace") == (
         'ConfigMap in version "v1" cannot be handled as a Namespace: no kind "ConfigMap" is '
         'registered for version "v1"'
     )
@@ -238,5 +240,5 @@ def test_undecodable_delete_options() -> None:
         protodecode.decode_delete_options(KUBECTL_DELETE_OPTIONS[:-5])
     assert (err.value.code, err.value.message) == (400, "unexpected EOF")
     with pytest.raises(ApiError) as err:
-        protodecode.decode_delete_options(kproto.encode_pod({}))
+        protodecode.decode_delete_options(protoencode.encode_pod({}))
     assert err.value.message == "decoded object cannot be converted to DeleteOptions"

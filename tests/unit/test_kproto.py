@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multusd import kproto
+from multusd import protobuf
+from multusd.k8s import kproto
 from multusd.k8s.store import trim_pod
+from multusd.kubesim import protoencode
 from tests.kproto_fixtures import OFFICIAL_POD_TRIMMED, official_pod_bytes
 
 
@@ -93,14 +95,14 @@ def junk(base: int) -> bytes:
 
 def test_round_trip_of_a_realistic_pod_equals_trim_pod() -> None:
     pod = realistic_pod()
-    assert kproto.decode_pod(kproto.encode_pod(pod)) == trim_pod(pod)
-    assert kproto.decode(kproto.encode_pod(pod)) == trim_pod(pod)
+    assert kproto.decode_pod(protoencode.encode_pod(pod)) == trim_pod(pod)
+    assert kproto.decode(protoencode.encode_pod(pod)) == trim_pod(pod)
 
 
 def test_a_pod_without_node_or_annotations_trims_like_json() -> None:
     pod = realistic_pod(node=None)
     del pod["metadata"]["annotations"]
-    decoded = kproto.decode_pod(kproto.encode_pod(pod))
+    decoded = kproto.decode_pod(protoencode.encode_pod(pod))
     assert decoded == trim_pod(pod)
     assert decoded["spec"] == {}
     assert "annotations" not in decoded["metadata"]
@@ -128,12 +130,12 @@ def test_round_trip_of_any_pod(
     if annotations:
         meta["annotations"] = annotations
     pod: dict[str, Any] = {"metadata": meta, "spec": {"nodeName": node} if node else {}}
-    assert kproto.decode_pod(kproto.encode_pod(pod)) == trim_pod(pod)
+    assert kproto.decode_pod(protoencode.encode_pod(pod)) == trim_pod(pod)
 
 
 def test_pod_list_round_trip_with_list_meta() -> None:
     pods = [realistic_pod(i) for i in range(5)]
-    body = kproto.encode_pod_list(
+    body = protoencode.encode_pod_list(
         pods, resource_version="77", continue_token="tok", remaining_item_count=12
     )
     items, rv, token = kproto.decode_pod_list(body)
@@ -149,7 +151,7 @@ def test_pod_list_round_trip_with_list_meta() -> None:
 
 
 def test_empty_pod_list() -> None:
-    assert kproto.decode_pod_list(kproto.encode_pod_list([], resource_version="3")) == (
+    assert kproto.decode_pod_list(protoencode.encode_pod_list([], resource_version="3")) == (
         [],
         "3",
         "",
@@ -167,9 +169,9 @@ def test_status_round_trip() -> None:
         "details": {"name": "p", "kind": "pods", "retryAfterSeconds": 3},
         "code": 410,
     }
-    assert kproto.decode_status(kproto.encode_status(status)) == status
+    assert kproto.decode_status(protoencode.encode_status(status)) == status
     negative = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": -1}
-    assert kproto.decode(kproto.encode_status(negative)) == negative
+    assert kproto.decode(protoencode.encode_status(negative)) == negative
 
 
 def test_unknown_fields_of_every_wire_type_are_skipped_at_every_level() -> None:
@@ -193,7 +195,7 @@ def test_unknown_fields_of_every_wire_type_are_skipped_at_every_level() -> None:
     spec = junk(100) + ld(2, ld(1, b"c") + junk(50)) + ld(10, b"node-9") + junk(300)
     pod = junk(10) + ld(1, meta) + ld(2, spec) + ld(3, ld(1, b"Running") + junk(90)) + junk(20)
     type_meta = ld(1, b"v1") + junk(10) + ld(2, b"Pod")
-    body = kproto.MAGIC + junk(20) + ld(1, type_meta) + ld(2, pod) + ld(3, b"") + ld(4, b"")
+    body = protobuf.MAGIC + junk(20) + ld(1, type_meta) + ld(2, pod) + ld(3, b"") + ld(4, b"")
     expected = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -215,16 +217,16 @@ def test_unknown_fields_of_every_wire_type_are_skipped_at_every_level() -> None:
 
 def test_later_occurrence_of_a_field_wins() -> None:
     pod = ld(1, ld(1, b"first") + ld(1, b"second")) + ld(2, ld(10, b"a")) + ld(2, ld(10, b"b"))
-    body = kproto.wrap("Pod", pod)
+    body = protoencode.wrap("Pod", pod)
     decoded = kproto.decode_pod(body)
     assert decoded["metadata"]["name"] == "second"
     assert decoded["spec"] == {"nodeName": "b"}
 
 
 def test_every_cut_inside_the_object_raises_value_error() -> None:
-    message = kproto.pod_message(realistic_pod())
-    body = kproto.encode_pod(realistic_pod())
-    field2 = len(kproto.MAGIC + ld(1, ld(1, b"v1") + ld(2, b"Pod")))
+    message = protoencode.pod_message(realistic_pod())
+    body = protoencode.encode_pod(realistic_pod())
+    field2 = len(protobuf.MAGIC + ld(1, ld(1, b"v1") + ld(2, b"Pod")))
     raw_end = field2 + len(ld(2, message))
     assert body[field2:raw_end] == ld(2, message)
     accepted = []
@@ -245,18 +247,18 @@ def test_every_cut_inside_the_object_raises_value_error() -> None:
     [
         (b"", "magic"),
         (b"{}", "magic"),
-        (kproto.MAGIC + key(1, 6), "wire type 6"),
-        (kproto.MAGIC + key(1, 7), "wire type 7"),
-        (kproto.MAGIC + b"\x00", "field number 0"),
-        (kproto.MAGIC + key(9, 0) + b"\xff" * 11, "varint too long"),
-        (kproto.MAGIC + key(9, 1) + b"\x00" * 7, "short fixed64"),
-        (kproto.MAGIC + key(9, 5) + b"\x00" * 3, "short fixed32"),
-        (kproto.MAGIC + key(9, 3) + key(1, 0) + varint(1), "unterminated group"),
-        (kproto.MAGIC + key(9, 3) + key(8, 4), "mismatched end group"),
-        (kproto.MAGIC + key(9, 4), "stray end group"),
-        (kproto.wrap("Pod", ld(1, ld(1, b"\xff\xfe"))), "invalid UTF-8"),
-        (kproto.wrap("Pod", b"", "v1") + b"\x1a\x04gzip", "content encoding"),
-        (kproto.encode_pod_list([]), "a PodList is not a Pod"),
+        (protobuf.MAGIC + key(1, 6), "wire type 6"),
+        (protobuf.MAGIC + key(1, 7), "wire type 7"),
+        (protobuf.MAGIC + b"\x00", "field number 0"),
+        (protobuf.MAGIC + key(9, 0) + b"\xff" * 11, "varint too long"),
+        (protobuf.MAGIC + key(9, 1) + b"\x00" * 7, "short fixed64"),
+        (protobuf.MAGIC + key(9, 5) + b"\x00" * 3, "short fixed32"),
+        (protobuf.MAGIC + key(9, 3) + key(1, 0) + varint(1), "unterminated group"),
+        (protobuf.MAGIC + key(9, 3) + key(8, 4), "mismatched end group"),
+        (protobuf.MAGIC + key(9, 4), "stray end group"),
+        (protoencode.wrap("Pod", ld(1, ld(1, b"\xff\xfe"))), "invalid UTF-8"),
+        (protoencode.wrap("Pod", b"", "v1") + b"\x1a\x04gzip", "content encoding"),
+        (protoencode.encode_pod_list([]), "a PodList is not a Pod"),
     ],
 )
 def test_malformed_input_raises_value_error(body: bytes, why: str) -> None:
@@ -266,16 +268,16 @@ def test_malformed_input_raises_value_error(body: bytes, why: str) -> None:
 
 def test_decode_refuses_kinds_outside_the_schema() -> None:
     with pytest.raises(ValueError):
-        kproto.decode(kproto.wrap("ConfigMap", b""))
+        kproto.decode(protoencode.wrap("ConfigMap", b""))
     with pytest.raises(ValueError):
-        kproto.encode_object({"kind": "ConfigMap"})
+        protoencode.encode_object({"kind": "ConfigMap"})
 
 
 def test_bookmark_and_error_events() -> None:
     bookmark = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "99"}}
     error = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": 410}
-    stream = kproto.encode_watch_event("BOOKMARK", bookmark) + kproto.encode_watch_event(
-        "ERROR", kproto.encode_status(error)
+    stream = protoencode.encode_watch_event("BOOKMARK", bookmark) + protoencode.encode_watch_event(
+        "ERROR", protoencode.encode_status(error)
     )
     events = list(kproto.iter_watch_frames([stream]))
     assert events[0] == {
@@ -291,7 +293,7 @@ def test_bookmark_and_error_events() -> None:
 
 
 def test_truncated_stream_and_oversized_frames_raise() -> None:
-    frame = kproto.encode_watch_event("ADDED", realistic_pod())
+    frame = protoencode.encode_watch_event("ADDED", realistic_pod())
     with pytest.raises(ValueError):
         list(kproto.iter_watch_frames([frame, frame[:-1]]))
     with pytest.raises(ValueError):
@@ -309,7 +311,7 @@ EVENTS = [
     ("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}}),
     ("DELETED", realistic_pod(2)),
 ]
-STREAM = b"".join(kproto.encode_watch_event(t, o) for t, o in EVENTS)
+STREAM = b"".join(protoencode.encode_watch_event(t, o) for t, o in EVENTS)
 
 
 @settings(max_examples=300, deadline=None)
@@ -323,8 +325,8 @@ def test_frames_split_at_arbitrary_chunk_boundaries(cuts: list[int]) -> None:
 
 
 def test_encoded_timestamps_and_envelope_follow_the_upstream_layout() -> None:
-    body = kproto.encode_pod(realistic_pod())
-    assert body.startswith(kproto.MAGIC + b"\x0a\x09\x0a\x02v1\x12\x03Pod\x12")
+    body = protoencode.encode_pod(realistic_pod())
+    assert body.startswith(protobuf.MAGIC + b"\x0a\x09\x0a\x02v1\x12\x03Pod\x12")
     assert body.endswith(b"\x1a\x00\x22\x00")
     # creationTimestamp 2024-05-01T10:00:00Z as meta.Time{seconds}: field 8 of ObjectMeta.
     assert ld(8, key(1, 0) + varint(1714557600)) in body
@@ -333,7 +335,7 @@ def test_encoded_timestamps_and_envelope_follow_the_upstream_layout() -> None:
 def test_a_pod_serialised_by_the_official_runtime_decodes_to_its_trim() -> None:
     body = official_pod_bytes()
     assert kproto.decode_pod(body) == OFFICIAL_POD_TRIMMED
-    event = kproto.encode_watch_event("ADDED", body)
+    event = protoencode.encode_watch_event("ADDED", body)
     assert list(kproto.iter_watch_frames([event])) == [
         {"type": "ADDED", "object": OFFICIAL_POD_TRIMMED}
     ]
@@ -342,10 +344,10 @@ def test_a_pod_serialised_by_the_official_runtime_decodes_to_its_trim() -> None:
 def test_map_entries_with_long_values_and_broken_entries() -> None:
     long_value = "v" * 20_000  # a three-byte length: off the fast path
     pod = {"metadata": {"annotations": {"a": "x" * 200, "b": long_value}}}
-    assert kproto.decode_pod(kproto.encode_pod(pod))["metadata"]["annotations"] == {
+    assert kproto.decode_pod(protoencode.encode_pod(pod))["metadata"]["annotations"] == {
         "a": "x" * 200,
         "b": long_value,
     }
     for entry in (b"\x0a\x01a\x12\x80", b"\x0a\x01a\x12\x85", b"\x0a\x05a", b"\x0a\x01a\x12"):
         with pytest.raises(ValueError):
-            kproto.decode_pod(kproto.wrap("Pod", ld(1, ld(12, entry))))
+            kproto.decode_pod(protoencode.wrap("Pod", ld(1, ld(12, entry))))

@@ -2,9 +2,10 @@
 
 Why by hand: the tests drive containerd exactly as the kubelet does, over the CRI gRPC API, but
 only through seven calls of it, and the project carries no protobuf runtime or generated code
-(see ``multusd/k8s/devices.py``, which talks to the kubelet the same way). Writing uses
-``multusd.kproto``'s field writers; reading uses its field scanner, which skips everything we
-do not ask for, so containerd may send fields this file never heard of.
+(see ``multusd/k8s/podresources.py``, which talks to the kubelet the same way). Writing uses
+the emulator's field writers (``multusd.kubesim.protoencode``); reading uses the project's one
+protobuf reader (``multusd.protobuf``), whose field scanner skips everything we do not ask for,
+so containerd may send fields this file never heard of.
 
 Field numbers are those of ``k8s.io/cri-api`` ``pkg/apis/runtime/v1/api.proto``::
 
@@ -55,19 +56,19 @@ from typing import Any, Self
 import grpc
 import grpc.aio
 
-from multusd import kproto
-from multusd.kproto import put_bytes, put_int, put_map, put_str
+from multusd import protobuf
+from multusd.kubesim.protoencode import put_bytes, put_int, put_map, put_str
+from multusd.protobuf import LEN, VARINT, tag
 
 SERVICE = "/runtime.v1.RuntimeService/"
 IMAGE_SERVICE = "/runtime.v1.ImageService/"
 SANDBOX_READY, SANDBOX_NOTREADY = 0, 1
 _CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]  # a proxy must never capture a unix socket
 
-_LEN, _VARINT = 2, 0
 
-
-def _t(number: int, wire: int = _LEN) -> int:
-    return number << 3 | wire
+def _t(number: int, wire: int = LEN) -> int:
+    """A field's tag; most fields here are length-delimited."""
+    return tag(number, wire)
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -143,15 +144,15 @@ def image_status_request(image: str) -> bytes:
 def _fields(buf: bytes, wanted: Mapping[int, str], a: int = 0, b: int | None = None) -> Any:
     """``[(name, a, b), ...]`` of the fields of ``buf[a:b]`` with a tag in ``wanted``."""
     end = len(buf) if b is None else b
-    return [(wanted[tag], x, y) for tag, x, y in kproto._scan(buf, a, end, frozenset(wanted))]
+    return [(wanted[key], x, y) for key, x, y in protobuf.scan(buf, a, end, frozenset(wanted))]
 
 
 def _text(buf: bytes, a: int, b: int) -> str:
-    return kproto._str(buf, a, b)
+    return protobuf.text(buf, a, b)
 
 
 def _number(buf: bytes, a: int, b: int) -> int:
-    return kproto._int(buf, a, b, 64)
+    return protobuf.signed(buf, a, b, 64)
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ class Metadata:
     attempt: int = 0
 
 
-_METADATA = {_t(1): "name", _t(2): "uid", _t(3): "namespace", _t(4, _VARINT): "attempt"}
+_METADATA = {_t(1): "name", _t(2): "uid", _t(3): "namespace", _t(4, VARINT): "attempt"}
 
 
 def _metadata(buf: bytes, a: int, b: int) -> Metadata:
@@ -218,13 +219,13 @@ class SandboxStatus:
 
 
 _STATUS_RESPONSE = {_t(1): "status", _t(2): "info"}
-_SANDBOX_STATUS = {_t(1): "id", _t(2): "metadata", _t(3, _VARINT): "state", _t(5): "network"}
+_SANDBOX_STATUS = {_t(1): "id", _t(2): "metadata", _t(3, VARINT): "state", _t(5): "network"}
 _NETWORK = {_t(1): "ip", _t(2): "additional"}
 _POD_IP = {_t(1): "ip"}
 
 
 def _info_map(buf: bytes, a: int, b: int, into: dict[str, str]) -> None:
-    key, value = kproto._map_entry(buf, a, b)
+    key, value = protobuf.map_entry(buf, a, b)
     into[key] = value
 
 
@@ -260,7 +261,7 @@ class Sandbox:
     state: int
 
 
-_SANDBOX = {_t(1): "id", _t(2): "metadata", _t(3, _VARINT): "state"}
+_SANDBOX = {_t(1): "id", _t(2): "metadata", _t(3, VARINT): "state"}
 
 
 def decode_list(buf: bytes) -> list[Sandbox]:
@@ -288,7 +289,7 @@ class RuntimeStatus:
         return dict(json.loads(self.info.get("cniconfig", "{}")))
 
 
-_CONDITION = {_t(1): "type", _t(2, _VARINT): "status", _t(4): "message"}
+_CONDITION = {_t(1): "type", _t(2, VARINT): "status", _t(4): "message"}
 
 
 def decode_status(buf: bytes) -> RuntimeStatus:

@@ -33,12 +33,10 @@ from cni_shim.errors import (
     TRY_AGAIN_LATER,
     CNIError,
 )
-from multusd.k8s.devices import (
-    DeviceMap,
+from multusd.k8s.devices import DeviceMap, device_map_for_pod, device_map_for_pod_object
+from multusd.k8s.devinfo import (
     copy_device_plugin_info,
     device_info_file_path,
-    device_map_for_pod,
-    device_map_for_pod_object,
     load_device_info,
     remove_device_info,
 )
@@ -290,9 +288,13 @@ async def test_a_socket_nobody_listens_on_is_unavailable(short_tmp: Path) -> Non
 @pytest.mark.parametrize(
     ("reply", "reason"),
     [
-        (list_response(pod("web", "default"))[:-2], "truncated field"),
-        (list_response(text(1, "web") + text(2, "default") + text(1, "")[:1]), "truncated varint"),
-        (list_response(pod("web", "default")) + varint(1 << 3 | 7), "invalid wire type 7"),
+        # The reasons are the texts of the project's one protobuf reader (multusd.protobuf).
+        (list_response(pod("web", "default"))[:-2], "truncated protobuf message"),
+        (
+            list_response(text(1, "web") + text(2, "default") + text(1, "")[:1]),
+            "truncated protobuf message",
+        ),
+        (list_response(pod("web", "default")) + varint(1 << 3 | 7), "protobuf wire type 7"),
         (list_response(length_field(1, b"w\xff") + text(2, "default")), "invalid UTF-8"),
     ],
 )

@@ -19,7 +19,8 @@ import aiohttp
 import aiohttp.web
 import pytest
 
-from multusd import kproto
+from multusd import protobuf
+from multusd.k8s import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.errors import NotFound, TooManyRequests, TransportError
 from multusd.k8s.kubeconfig import ClusterConfig
@@ -90,9 +91,9 @@ def _pod_reads_went_over_protobuf(request: pytest.FixtureRequest) -> Iterator[No
         for r in emulator.stats.requests()
         if r.resource == "pods" and not r.subresource and r.verb in ("get", "list", "watch")
     ]
-    assert all(r.accept.startswith(kproto.MEDIA_TYPE) for r in reads)
+    assert all(r.accept.startswith(protobuf.MEDIA_TYPE) for r in reads)
     answered = [r for r in reads if r.content_type and r.code < 400]
-    assert all(r.content_type.startswith(kproto.MEDIA_TYPE) for r in answered), answered
+    assert all(r.content_type.startswith(protobuf.MEDIA_TYPE) for r in answered), answered
     assert answered or not any(r.code == 200 for r in reads)
 
 
@@ -170,10 +171,10 @@ async def test_protobuf_store_equals_the_json_store(
     # The request log shows what each client negotiated.
     for verb in ("list", "watch"):
         requests = _pod_requests(sim, verb)
-        pb_requests = [r for r in requests if r.accept.startswith(kproto.MEDIA_TYPE)]
+        pb_requests = [r for r in requests if r.accept.startswith(protobuf.MEDIA_TYPE)]
         json_requests = [r for r in requests if r not in pb_requests]
         assert pb_requests and json_requests
-        expected_type = kproto.STREAM_MEDIA_TYPE if verb == "watch" else kproto.MEDIA_TYPE
+        expected_type = protobuf.STREAM_MEDIA_TYPE if verb == "watch" else protobuf.MEDIA_TYPE
         assert {r.content_type for r in pb_requests} == {expected_type}
         assert {r.content_type for r in json_requests} == {"application/json"}
 
@@ -192,7 +193,7 @@ async def test_get_and_list_over_protobuf(sim: KubeSim, client: KubeClient) -> N
     assert listing["items"] == [trim_pod(created)]
     assert listing["metadata"]["resourceVersion"]
     (request,) = _pod_requests(sim, "get")
-    assert request.content_type == kproto.MEDIA_TYPE
+    assert request.content_type == protobuf.MEDIA_TYPE
     with pytest.raises(NotFound):
         await client.get("/api/v1/namespaces/default/pods/missing")
 
@@ -217,7 +218,7 @@ async def test_nads_and_writes_stay_json(sim: KubeSim, client: KubeClient) -> No
     for record in sim.stats.requests():
         if record.resource == "network-attachment-definitions" or record.verb == "patch":
             assert record.content_type.startswith("application/json")
-            assert not record.accept.startswith(kproto.MEDIA_TYPE)
+            assert not record.accept.startswith(protobuf.MEDIA_TYPE)
 
 
 async def test_emulator_negotiation(sim: KubeSim) -> None:
@@ -226,18 +227,18 @@ async def test_emulator_negotiation(sim: KubeSim) -> None:
     sim.create(pod("neg"))
     async with aiohttp.ClientSession() as http:
         url = f"{sim.url}/api/v1/namespaces/default/pods/neg"
-        async with http.get(url, headers={"Accept": kproto.MEDIA_TYPE}) as resp:
-            assert resp.content_type == kproto.MEDIA_TYPE
+        async with http.get(url, headers={"Accept": protobuf.MEDIA_TYPE}) as resp:
+            assert resp.content_type == protobuf.MEDIA_TYPE
             assert kproto.decode_pod(await resp.read())["metadata"]["name"] == "neg"
-        both = f"application/json, {kproto.MEDIA_TYPE}"
+        both = f"application/json, {protobuf.MEDIA_TYPE}"
         async with http.get(url, headers={"Accept": both}) as resp:
             assert resp.content_type == "application/json"
-        async with http.get(f"{sim.url}{NADS}", headers={"Accept": kproto.MEDIA_TYPE}) as resp:
+        async with http.get(f"{sim.url}{NADS}", headers={"Accept": protobuf.MEDIA_TYPE}) as resp:
             assert resp.status == 406
         # A failed pod read that asked for protobuf gets its Status in protobuf.
-        async with http.get(url + "x", headers={"Accept": kproto.MEDIA_TYPE}) as resp:
+        async with http.get(url + "x", headers={"Accept": protobuf.MEDIA_TYPE}) as resp:
             assert resp.status == 404
-            assert resp.content_type == kproto.MEDIA_TYPE
+            assert resp.content_type == protobuf.MEDIA_TYPE
             status = kproto.decode_status(await resp.read())
         assert (status["code"], status["reason"]) == (404, "NotFound")
         assert status["details"] == {"name": "negx", "kind": "pods"}
@@ -251,7 +252,7 @@ async def test_protobuf_error_statuses_become_typed_errors(
         await client.get("/api/v1/namespaces/default/pods/any")
     assert caught.value.retry_after == 3
     (record,) = _pod_requests(sim, "get")
-    assert record.content_type == kproto.MEDIA_TYPE  # the Status came in protobuf
+    assert record.content_type == protobuf.MEDIA_TYPE  # the Status came in protobuf
 
 
 class _GarbledProtobufServer:
@@ -266,17 +267,19 @@ class _GarbledProtobufServer:
     async def _pod(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         accept = request.headers.get("Accept", "")
         self.accepts.append((request.path, accept))
-        if accept.startswith(kproto.MEDIA_TYPE):
+        if accept.startswith(protobuf.MEDIA_TYPE):
             # The magic, then a runtime.Unknown whose raw field claims more bytes than follow.
-            return aiohttp.web.Response(body=b"k8s\x00\x12\x7f\x01", content_type=kproto.MEDIA_TYPE)
+            return aiohttp.web.Response(
+                body=b"k8s\x00\x12\x7f\x01", content_type=protobuf.MEDIA_TYPE
+            )
         return aiohttp.web.json_response(pod("garbled"))
 
     async def _watch(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         accept = request.headers.get("Accept", "")
         self.accepts.append((request.path, accept))
         resp = aiohttp.web.StreamResponse()
-        if accept.startswith(kproto.MEDIA_TYPE):
-            resp.content_type = kproto.MEDIA_TYPE
+        if accept.startswith(protobuf.MEDIA_TYPE):
+            resp.content_type = protobuf.MEDIA_TYPE
             await resp.prepare(request)
             await resp.write(b"\x00\x00\x00\x03\xff\xff\xff")  # a frame that is no WatchEvent
             return resp
@@ -312,7 +315,7 @@ async def test_undecodable_protobuf_turns_protobuf_off_and_the_get_is_repeated_a
             assert got["metadata"]["name"] == "garbled"
             await api.get("/api/v1/namespaces/default/pods/garbled")
     accepts = [accept for _, accept in server.accepts]
-    assert accepts[0].startswith(kproto.MEDIA_TYPE)
+    assert accepts[0].startswith(protobuf.MEDIA_TYPE)
     assert all(a == "application/json" for a in accepts[1:]) and len(accepts) == 3
     warnings = [r for r in caplog.records if "reading pods as JSON" in r.getMessage()]
     assert len(warnings) == 1
@@ -329,4 +332,4 @@ async def test_undecodable_protobuf_watch_ends_and_the_next_watch_asks_for_json(
             async with api.watch("/api/v1/pods", {}) as events:
                 first = await anext(aiter(events))
     assert first["object"]["metadata"]["name"] == "garbled"
-    assert [accept.startswith(kproto.MEDIA_TYPE) for _, accept in server.accepts] == [True, False]
+    assert [accept.startswith(protobuf.MEDIA_TYPE) for _, accept in server.accepts] == [True, False]
