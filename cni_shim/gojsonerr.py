@@ -4,7 +4,7 @@ Runtimes, logs and upstream tests see Go's decoder messages verbatim (``unexpect
 input``, ``json: cannot unmarshal string into Go struct field ShimNetConf.logToStderr of type
 bool``). The skel checks, the shim config and the wire envelope each read a handful of typed
 fields, so this module offers just that: a ``loads`` whose syntax errors are Go's (worded by
-:mod:`cni_shim._godecode`, the package's one translation), case-insensitive field lookup with
+:mod:`cni_shim.godecode`, the package's one translation), case-insensitive field lookup with
 the last match winning, and Go's type-mismatch texts. Invalid UTF-8 becomes U+FFFD and
 ``NaN``/``Infinity`` are rejected, as in Go.
 """
@@ -35,7 +35,7 @@ def loads(data: bytes | str) -> Any:
 
     Objects are plain dicts (a duplicate key keeps its first position and last value, which
     is all the field lookups below need). Syntax errors are worded by
-    :func:`cni_shim._godecode.loads`, the package's one translation of Python's decoder errors
+    :func:`cni_shim.godecode.loads`, the package's one translation of Python's decoder errors
     into Go's, and only consulted on failure so the happy path is a plain ``json.loads``.
     """
     text = data.decode("utf-8", "replace") if isinstance(data, bytes | bytearray) else data
@@ -43,9 +43,9 @@ def loads(data: bytes | str) -> Any:
         return gojson.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, NaN/Infinity, nesting
         try:
-            from cni_shim import _godecode  # error path only: Go's wording
+            from cni_shim import godecode  # error path only: Go's wording
 
-            _godecode.loads(text.encode("utf-8", "surrogatepass"))
+            godecode.loads(text.encode("utf-8", "surrogatepass"))
         except CNIError as go_err:
             raise GoJSONError(go_err.msg) from exc
         raise GoJSONError(str(exc)) from exc  # pragma: no cover - both parsers disagree

@@ -36,7 +36,7 @@ import socket
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from cni_shim import _gonet, gojson
+from cni_shim import gojson, gonet
 from cni_shim.errors import DECODING_FAILURE, INTERNAL, IO_FAILURE, CNIError
 from cni_shim.versions import parse_version
 from multusd.cni import cache, gofmt, rtnetlink
@@ -112,10 +112,10 @@ def _delete_defaults(sock: rtnetlink.RouteSocket, oif: int, actions: RouteAction
 def _add_defaults(sock: rtnetlink.RouteSocket, oif: int, gateways: tuple[str, ...]) -> None:
     first: OSError | None = None
     for gateway in gateways:
-        ip = _gonet.parse_ip(gateway)
+        ip = gonet.parse_ip(gateway)
         if ip is None:
             raise _Failure(True, f"invalid gateway {gateway!r}")
-        raw = ip[12:] if ip[:12] == _gonet.V4_PREFIX else ip
+        raw = ip[12:] if ip[:12] == gonet.V4_PREFIX else ip
         try:
             sock.add_default(raw, oif)
         except OSError as exc:
@@ -229,7 +229,7 @@ def go_value(value: Any) -> str:
 
 
 def _is_default(dst: str, default: str) -> bool:
-    return _gonet.canonical_cidr(dst) == default
+    return gonet.canonical_cidr(dst) == default
 
 
 def _without_defaults(routes: list[Any], default: str) -> list[Any]:
@@ -315,11 +315,11 @@ def _add_in_result(result: dict[str, Any], gateways: tuple[str, ...]) -> None:
     current = _layout(result) == "current"
     routes = (_routes_of(result, "") or []) if current else []
     for gateway in gateways:
-        ip = _gonet.parse_ip(gateway)
+        ip = gonet.parse_ip(gateway)
         if ip is None:
             raise _bad(f"invalid gateway {gateway!r}")
-        is_v4 = ip[:12] == _gonet.V4_PREFIX
-        route = {"dst": _V4_DEFAULT if is_v4 else _V6_DEFAULT, "gw": _gonet.format_ip(ip)}
+        is_v4 = ip[:12] == gonet.V4_PREFIX
+        route = {"dst": _V4_DEFAULT if is_v4 else _V6_DEFAULT, "gw": gonet.format_ip(ip)}
         if current:
             routes.append(route)
             continue

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cni_shim import gojson
-from cni_shim._godecode import go_float_text, number_from_text
+from cni_shim.godecode import go_float_text, number_from_text
 from cni_shim.gojsonerr import GoJSONError, value_type_error
 from cni_shim.gojsonerr import loads as go_loads
 from cni_shim.goquote import go_quote

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cni_shim import _gonet, results
+from cni_shim import gonet, results
 from cni_shim.errors import CNIError
 
 # --------------------------------------------------------------------------------------------
@@ -811,7 +811,7 @@ def test_supported_versions() -> None:
     ],
 )
 def test_go_ip_parsing(text: str, canonical: str | None) -> None:
-    assert _gonet.canonical_ip(text) == canonical
+    assert gonet.canonical_ip(text) == canonical
 
 
 @pytest.mark.parametrize(
@@ -828,7 +828,7 @@ def test_go_ip_parsing(text: str, canonical: str | None) -> None:
     ],
 )
 def test_go_cidr_parsing(text: str, canonical: str | None) -> None:
-    assert _gonet.canonical_cidr(text) == canonical
+    assert gonet.canonical_cidr(text) == canonical
 
 
 @given(st.binary(min_size=16, max_size=16), st.booleans())
@@ -837,8 +837,8 @@ def test_ipv6_printing_matches_rfc5952(raw: bytes, sparse: bool) -> None:
         raw = bytes(b if b % 3 == 0 else 0 for b in raw)
     address = ipaddress.IPv6Address(raw)
     expected = str(address.ipv4_mapped) if address.ipv4_mapped else address.compressed
-    assert _gonet.canonical_ip(address.exploded) == expected
-    assert _gonet.canonical_ip(address.compressed) == expected
+    assert gonet.canonical_ip(address.exploded) == expected
+    assert gonet.canonical_ip(address.compressed) == expected
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ turns one into the canonical JSON shape.
 
 from __future__ import annotations
 
-from cni_shim import _gonet, gojson
+from cni_shim import gojson, gonet
 from cni_shim.errors import DECODING_FAILURE, CNIError
 from cni_shim.goquote import go_quote
 
@@ -184,7 +184,7 @@ def _value(st: _State, gotype: GoType, data: Any, cur: Any) -> Any:
         text = "" if got == "null" else _session((STR, None, "string"), data, "", st.lenient)
         if st.lenient and text == NIL_NET:
             return NIL_NET
-        cidr = _gonet.canonical_cidr(text)
+        cidr = gonet.canonical_cidr(text)
         if cidr is None:
             raise _Abort(msg="invalid CIDR address: " + text)
         return cidr
@@ -233,7 +233,7 @@ def _ip(st: _State, name: str, data: Any, got: str, cur: Any) -> Any:
         return cur
     if not data:
         return None  # IP.UnmarshalText: empty text is a nil IP
-    text = _gonet.canonical_ip(data)
+    text = gonet.canonical_ip(data)
     if text is None:
         raise _Abort(msg="invalid IP address: " + data)
     return text
