@@ -25,7 +25,7 @@ Stdlib only, importing nothing beyond ``json``: the shim loads this on every ADD
 
 from __future__ import annotations
 
-from cni_shim import _resultconv, _resulttypes, godecode, gojson
+from cni_shim import _resultconv, _resulttypes, godecode, gojson, gonum
 from cni_shim.errors import DECODING_FAILURE, INCOMPATIBLE_VERSION, INTERNAL, CNIError
 from cni_shim.goquote import go_quote
 from cni_shim.versions import LATEST, SUPPORTED_VERSIONS, parse_version, version_ge
@@ -328,5 +328,5 @@ def _remarshal(obj: Any) -> Any:
     if type(obj) is list:
         return [_remarshal(item) for item in obj]
     if type(obj) is int:
-        return int(godecode.go_float_text(float(obj)))
+        return int(gonum.go_float_text(float(obj)))
     return obj

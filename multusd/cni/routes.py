@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import math
 import socket
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 from cni_shim import gojson, gonet
 from cni_shim.errors import DECODING_FAILURE, INTERNAL, IO_FAILURE, CNIError
+from cni_shim.gonum import format_g
 from cni_shim.versions import parse_version
 from multusd.cni import cache, gofmt, rtnetlink
 from multusd.cni.netns import run_in_netns
@@ -190,28 +189,6 @@ def _bad(text: str) -> _CacheFailure:
     return _CacheFailure(DECODING_FAILURE, text)
 
 
-def _go_float(value: float) -> str:
-    """Go's ``%v`` of a ``float64`` (``strconv`` 'g', shortest): exponent form below 1e-4
-    and from 1e6 on, with at least two exponent digits."""
-    if value == 0:
-        return "0"
-    if not math.isfinite(value):
-        return {"nan": "NaN", "inf": "+Inf", "-inf": "-Inf"}[repr(value)]
-    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    text = "".join(map(str, digits))
-    point = len(digits) + exponent  # position of the decimal point in ``text``
-    minus = "-" if sign else ""
-    if point - 1 < -4 or point - 1 >= 6:
-        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-        return f"{minus}{mantissa}e{point - 1:+03d}"
-    if point <= 0:
-        return f"{minus}0.{'0' * -point}{text}"
-    if point >= len(text):
-        return minus + text + "0" * (point - len(text))
-    return f"{minus}{text[:point]}.{text[point:]}"
-
-
 def go_value(value: Any) -> str:
     """Go's ``%v`` of a value decoded into ``interface{}`` (for upstream's error texts)."""
     if value is None:
@@ -219,7 +196,7 @@ def go_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):  # every JSON number was a float64 in Go
-        return _go_float(float(value))
+        return format_g(float(value))
     if isinstance(value, list):
         return "[" + " ".join(go_value(v) for v in value) + "]"
     if isinstance(value, dict):

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cni_shim import gojson
-from cni_shim.godecode import go_float_text, number_from_text
 from cni_shim.gojsonerr import GoJSONError, value_type_error
 from cni_shim.gojsonerr import loads as go_loads
+from cni_shim.gonum import float64_value, format_g
 from cni_shim.goquote import go_quote
 from multusd.config.daemon import LogOptions
 from multusd.config.schema import SchemaError, decode, json_field
@@ -384,9 +384,7 @@ def _as_go_map(value: Any) -> Any:
     if isinstance(value, list):
         return [_as_go_map(v) for v in value]
     if isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
-        as_text = number_from_text(go_float_text(number))
-        return as_text if type(as_text) is int else number
+        return float64_value(float(value))
     return value
 
 
@@ -397,32 +395,10 @@ def _go_value_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return _go_g(float(value))
+        return format_g(float(value))
     if isinstance(value, list):
         return "[" + " ".join(_go_value_text(v) for v in value) + "]"
     if isinstance(value, dict):
         items = sorted(value.items(), key=lambda kv: os.fsencode(kv[0]))
         return "map[" + " ".join(f"{k}:{_go_value_text(v)}" for k, v in items) + "]"
     return str(value)
-
-
-def _go_g(number: float) -> str:
-    """``strconv.FormatFloat(f, 'g', -1, 64)``: shortest digits, exponent below 1e-4 or from 1e6."""
-    if number == 0:
-        return "0"
-    mantissa, _, exp_text = repr(abs(number)).partition("e")
-    whole, _, frac = mantissa.partition(".")
-    raw = whole + frac
-    digits = raw.lstrip("0")
-    point = len(whole) + int(exp_text or 0) - (len(raw) - len(digits))
-    digits = digits.rstrip("0") or "0"
-    exp = point - 1
-    sign = "-" if number < 0 else ""
-    if exp < -4 or exp >= 6:
-        body = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{body}e{'+' if exp >= 0 else '-'}{abs(exp):02d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return sign + digits + "0" * (point - len(digits))
-    return f"{sign}{digits[:point]}.{digits[point:]}"

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cni_shim import godecode, gonet
+from cni_shim import godecode, gonet, gonum
 from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
 from cni_shim.godecode import INT, IP, LIST, PSTRUCT, STR, STRS, Pairs, spec
 from cni_shim.goquote import go_quote
@@ -294,7 +294,7 @@ def _go_value(value: Any) -> Any:
         return dict(sorted(merged.items()))
     if kind is list:
         return [_go_value(v) for v in value]
-    if kind is int or kind is godecode.NumLit:
+    if kind is int or kind is gonum.NumLit:
         return _float64(str(value))
     return value
 
@@ -310,8 +310,8 @@ def _float64(text: str) -> int | float:
             f"cannot unmarshal number {text} into Go struct field "
             f"NetworkSelectionElement.{_CNI_ARGS} of type float64"
         )
-    go_text = godecode.go_float_text(number)
-    as_number = godecode.number_from_text(go_text)
+    go_text = gonum.go_float_text(number)
+    as_number = gonum.number_from_text(go_text)
     return as_number if type(as_number) is int else number
 
 
