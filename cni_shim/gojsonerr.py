@@ -6,7 +6,9 @@ bool``). The skel checks, the shim config and the wire envelope each read a hand
 fields, so this module offers just that: a ``loads`` whose syntax errors are Go's (worded by
 :mod:`cni_shim.godecode`, the package's one translation), case-insensitive field lookup with
 the last match winning, and Go's type-mismatch texts. Invalid UTF-8 becomes U+FFFD and
-``NaN``/``Infinity`` are rejected, as in Go.
+``NaN``/``Infinity`` are rejected, as in Go. The daemon's libcni port reads whole documents the
+same way, as ``interface{}`` sees them (:func:`loads_any`, :func:`loads_map`: integral numbers
+without their fraction, maps sorted).
 """
 
 from __future__ import annotations
@@ -51,7 +53,38 @@ def loads(data: bytes | str) -> Any:
         raise GoJSONError(str(exc)) from exc  # pragma: no cover - both parsers disagree
 
 
-"""Go's ``strconv.Quote`` (``%q``)."""
+def _normalize(value: Any, *, sort: bool) -> Any:
+    # Go decodes every number into float64 and prints integral values without a fraction
+    # ("1.0" comes back as "1"), switching to exponent form only from 1e21 on. A Go map
+    # re-marshals with sorted keys. Integers stay as written and an integral float becomes
+    # its exact int: both differ from Go only beyond 2**53, where Go prints the float64's
+    # shortest digits (cni_shim.gonum.float64_value); kept as the daemon has always had it.
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    if isinstance(value, list):
+        return [_normalize(v, sort=sort) for v in value]
+    if isinstance(value, dict):
+        items = sorted(value.items()) if sort else value.items()
+        return {k: _normalize(v, sort=sort) for k, v in items}
+    return value
+
+
+def loads_any(data: bytes | str) -> Any:
+    """Decode JSON as Go's ``json.Unmarshal`` into ``interface{}`` would see it.
+
+    Raises :class:`GoJSONError` (a ``ValueError``) with Go's wording.
+    """
+    return _normalize(loads(data), sort=False)
+
+
+def loads_map(data: bytes | str) -> Any:
+    """:func:`loads_any` with every object's keys sorted, as a Go ``map`` re-marshals them.
+
+    Decoding into sorted dicts means a later ``gojson.dumps`` reproduces Go's bytes for the
+    decoded parts, while values injected afterwards keep the order their producer chose (Go
+    structs marshal in field order, not sorted).
+    """
+    return _normalize(loads(data), sort=True)
 
 
 def type_name(value: Any) -> str:

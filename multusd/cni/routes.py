@@ -34,11 +34,13 @@ import errno
 import socket
 from typing import Any, NamedTuple
 
-from cni_shim import gojson, gonet
+from cni_shim import gojson, gojsonerr, gonet
 from cni_shim.errors import DECODING_FAILURE, INTERNAL, IO_FAILURE, CNIError
-from cni_shim.gonum import format_g
+from cni_shim.gofmt import go_value
+from cni_shim.goquote import go_quote
+from cni_shim.gosyscall import errno_text
 from cni_shim.versions import parse_version
-from multusd.cni import cache, gofmt, rtnetlink
+from multusd.cni import cache, rtnetlink
 from multusd.cni.netns import run_in_netns
 from multusd.fsutil import atomic_write
 
@@ -82,7 +84,7 @@ class _Failure(Exception):
 def _errno_text(exc: OSError) -> str:
     if exc.errno is None:  # a socket timeout
         return "netlink: no answer from the kernel"
-    return gofmt.errno_text(exc.errno)
+    return errno_text(exc.errno)
 
 
 def _delete_defaults(sock: rtnetlink.RouteSocket, oif: int, actions: RouteActions) -> None:
@@ -151,9 +153,9 @@ def _netns_error(netns: str, actions: RouteActions, exc: OSError) -> CNIError:
     deleting = actions.delete_v4 or actions.delete_v6
     prefix, where = (DELETE_PREFIX, "DeleteDefaultGW") if deleting else (SET_PREFIX, "SetDefaultGW")
     if exc.filename is not None:
-        reason = f"failed to Statfs {gofmt.quote(netns)}: {_errno_text(exc)}"
+        reason = f"failed to Statfs {go_quote(netns)}: {_errno_text(exc)}"
     else:
-        reason = f"cannot enter {gofmt.quote(netns)}: {_errno_text(exc)}"
+        reason = f"cannot enter {go_quote(netns)}: {_errno_text(exc)}"
     return CNIError(INTERNAL, f"{prefix}{where}: Error getting namespace {reason}")
 
 
@@ -187,22 +189,6 @@ class _CacheFailure(Exception):
 
 def _bad(text: str) -> _CacheFailure:
     return _CacheFailure(DECODING_FAILURE, text)
-
-
-def go_value(value: Any) -> str:
-    """Go's ``%v`` of a value decoded into ``interface{}`` (for upstream's error texts)."""
-    if value is None:
-        return "<nil>"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):  # every JSON number was a float64 in Go
-        return format_g(float(value))
-    if isinstance(value, list):
-        return "[" + " ".join(go_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        items = " ".join(f"{k}:{go_value(v)}" for k, v in sorted(value.items()))
-        return f"map[{items}]"
-    return str(value)
 
 
 def _is_default(dst: str, default: str) -> bool:
@@ -316,14 +302,14 @@ def _read_cache(path: str) -> dict[str, Any]:
     except OSError as exc:
         raise _CacheFailure(IO_FAILURE, f"open {path}: {_errno_text(exc)}") from exc
     try:
-        info = gofmt.loads(data)
+        info = gojsonerr.loads_any(data)
     except ValueError as exc:
-        raise _bad(gofmt.json_error_text(exc)) from exc
+        raise _bad(str(exc)) from exc
     if info is None:
         info = {}
     if not isinstance(info, dict):
         raise _bad(
-            f"json: cannot unmarshal {gofmt.json_type_name(info)} "
+            f"json: cannot unmarshal {gojsonerr.type_name(info)} "
             "into Go value of type map[string]interface {}"
         )
     if "result" not in info:

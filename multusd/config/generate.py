@@ -27,10 +27,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cni_shim import gojson
+from cni_shim.gofmt import go_value
 from cni_shim.gojsonerr import GoJSONError, value_type_error
 from cni_shim.gojsonerr import loads as go_loads
-from cni_shim.gonum import float64_value, format_g
+from cni_shim.gonum import float64_value
 from cni_shim.goquote import go_quote
+from cni_shim.gosyscall import errno_text
 from multusd.config.daemon import LogOptions
 from multusd.config.schema import SchemaError, decode, json_field
 from multusd.errors import ConfigError
@@ -122,7 +124,7 @@ def scan_for_primary(directory: str) -> str | None:
     except OSError as exc:
         raise PrimaryListError(
             "error when listing the CNI plugin configurations: "
-            f"open {directory}: {_errno_text(exc.errno)}",
+            f"open {directory}: {errno_text(exc.errno)}",
             exc.errno,
         ) from exc
     return first_candidate(names)
@@ -175,7 +177,7 @@ def read_primary(path: str, multus_version: str) -> Primary:
         op = "read" if exc.errno == errno_mod.EISDIR else "open"
         raise PrimaryConfigError(
             f"failed to access the primary CNI configuration from {path}: failed to read the "
-            f"cluster primary CNI config {path}: {op} {path}: {_errno_text(exc.errno)}"
+            f"cluster primary CNI config {path}: {op} {path}: {errno_text(exc.errno)}"
         ) from exc
     return parse_primary(path, data, multus_version)
 
@@ -246,7 +248,7 @@ def primary_network_name(data: Mapping[str, Any]) -> str:
     if not name:
         raise PrimaryConfigError(
             "could not override the network name: the primary CNI Configuration does not "
-            f"feature the network name: {_go_value_text(dict(data))}"
+            f"feature the network name: {go_value(dict(data))}"
         )
     return name
 
@@ -316,7 +318,7 @@ def _log_options(options: LogOptions) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# Go details: semver (blang/semver v3), errno texts, numbers, %v
+# Go details: semver (blang/semver v3), the float64 trip
 
 
 _V040 = (0, 4, 0, 1)
@@ -369,14 +371,6 @@ def _semver_number(text: str, lower: str, title: str) -> int:
     return int(text)
 
 
-def _errno_text(errno: int | None) -> str:
-    """Go's ``syscall.Errno.Error()``: the C text with a lower-case first letter."""
-    if errno is None:
-        return "unknown error"
-    text = os.strerror(errno)
-    return text[:1].lower() + text[1:]
-
-
 def _as_go_map(value: Any) -> Any:
     """``value`` after a trip through ``interface{}``: every number is a float64."""
     if isinstance(value, dict):
@@ -386,19 +380,3 @@ def _as_go_map(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float64_value(float(value))
     return value
-
-
-def _go_value_text(value: Any) -> str:
-    """Go's ``%v`` of a decoded JSON value (``map[k:v ...]`` with sorted keys)."""
-    if value is None:
-        return "<nil>"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return format_g(float(value))
-    if isinstance(value, list):
-        return "[" + " ".join(_go_value_text(v) for v in value) + "]"
-    if isinstance(value, dict):
-        items = sorted(value.items(), key=lambda kv: os.fsencode(kv[0]))
-        return "map[" + " ".join(f"{k}:{_go_value_text(v)}" for k, v in items) + "]"
-    return str(value)
