@@ -281,25 +281,12 @@ def as_go_map(data: Any) -> Any:
 # JSON text
 
 
-class _ConstantError(Exception):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    # Python accepts NaN and Infinity; Go's scanner stops at their first letter.
-    if name.startswith("-"):
-        raise _ConstantError("invalid character 'I' in numeric literal")
-    raise _ConstantError(f"invalid character {_quote_char(name[0])} looking for beginning of value")
-
-
 def loads(data: bytes) -> Any:
     """Parse JSON keeping objects as :class:`Pairs`; syntax errors in Go's words (code 6)."""
     text = data.decode("utf-8", "replace")
     try:
-        return gojson.loads(
-            text, object_pairs_hook=Pairs, parse_float=NumLit, parse_constant=_reject_constant
-        )
-    except _ConstantError as exc:
+        return gojson.loads(text, object_pairs_hook=Pairs, parse_float=NumLit)
+    except gojson.ConstantError as exc:  # NaN, Infinity: already in Go's words
         raise CNIError(DECODING_FAILURE, str(exc)) from None
     except RecursionError:
         raise CNIError(DECODING_FAILURE, "exceeded max depth") from None

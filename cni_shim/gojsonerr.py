@@ -28,10 +28,6 @@ class GoJSONError(ValueError):
     """A decoding failure carrying Go's error text as its message."""
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(name)
-
-
 def loads(data: bytes | str) -> Any:
     """Parse ``data`` like ``json.Unmarshal`` into ``interface{}``; Go's wording on failure.
 
@@ -42,7 +38,7 @@ def loads(data: bytes | str) -> Any:
     """
     text = data.decode("utf-8", "replace") if isinstance(data, bytes | bytearray) else data
     try:
-        return gojson.loads(text, parse_constant=_reject_constant)
+        return gojson.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, NaN/Infinity, nesting
         try:
             from cni_shim import godecode  # error path only: Go's wording
