@@ -1,11 +1,11 @@
-"""The daemon's former home of Go's formatting rules; they live in ``cni_shim``'s Go layer now.
+"""The daemon's former home of Go's formatting rules, kept only as aliases of their one home.
 
-One home that the shim and the daemon both import (issue 14): ``%q`` is
-:mod:`cni_shim.goquote`, ``%v``/``%T``/``%s`` are :mod:`cni_shim.gofmt`, errno and exit texts
-:mod:`cni_shim.gosyscall`, decoding into ``interface{}`` :mod:`cni_shim.gojsonerr`. Only the
-names ``multusd.cni.api``, ``cache``, ``conf`` and ``invoke`` still import from here are kept,
-as plain aliases (no rule is defined here); once they import the modules above directly,
-this file goes.
+The rules live in ``cni_shim``'s Go layer, which the shim and the daemon both import: ``%q``
+is :mod:`cni_shim.goquote`, ``%v``/``%T``/``%s`` are :mod:`cni_shim.gofmt`, errno and exit
+texts :mod:`cni_shim.gosyscall`, decoding into ``interface{}`` :mod:`cni_shim.gojsonerr`. The
+names below are what ``multusd.cni.api``, ``cache``, ``conf`` and ``invoke`` still import from
+here (``json_error_text`` is ``str()``: the errors already carry Go's words); once those
+modules import the ones above directly, this file goes.
 """
 
 from __future__ import annotations
@@ -31,6 +31,5 @@ __all__ = [
 
 
 def json_error_text(exc: ValueError) -> str:
-    """The Go text of a decoding error raised by :func:`loads` or by our own type checks
-    (``str(exc)``: the error already carries Go's wording)."""
+    """The Go text of a decoding error raised by :func:`loads` or by our own type checks."""
     return str(exc)
