@@ -1,4 +1,4 @@
-"""libcni's result structs (``pkg/types/{020,040,100}``) described for :mod:`_godecode`.
+"""libcni's result structs (``pkg/types/{020,040,100}``) described for :mod:`godecode`.
 
 Field order is Go's struct order, which is also the 0.x wire order. The Go type names appear
 in decode error messages. ``Route`` and every ``IPConfig`` have their own ``UnmarshalJSON``
@@ -9,7 +9,7 @@ are decoded in place, hence (P)STRUCT. Routes are the same type in every version
 
 from __future__ import annotations
 
-from cni_shim._godecode import (
+from cni_shim.godecode import (
     CUSTOM,
     CUSTOMV,
     INT,
@@ -26,7 +26,7 @@ from cni_shim._godecode import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cni_shim._godecode import GoType, Spec
+    from cni_shim.godecode import GoType, Spec
 
 _STRING: GoType = (STR, None, "string")
 _OPT_INT: GoType = (PINT, None, "int")

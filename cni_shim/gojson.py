@@ -28,8 +28,20 @@ _GO_ESCAPES = str.maketrans(
 _WHITESPACE = " \t\n\r"
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid JSON constant {name}")
+class ConstantError(ValueError):
+    """``NaN`` or ``Infinity`` in a document: Go's words for it as the message."""
+
+
+def reject_constant(name: str) -> Any:
+    """The ``parse_constant`` hook that refuses what Go refuses, in Go's words.
+
+    Python's scanner accepts ``NaN``, ``Infinity`` and ``-Infinity`` (the only names it passes
+    here); Go's stops at their first letter. The one copy of this rule: every decoder of the
+    package and the daemon's use it (``loads`` by default).
+    """
+    if name.startswith("-"):
+        raise ConstantError("invalid character 'I' in numeric literal")
+    raise ConstantError(f"invalid character '{name[0]}' looking for beginning of value")
 
 
 class _ScanContext:
@@ -55,7 +67,7 @@ class _ScanContext:
         self.object_pairs_hook = object_pairs_hook
         self.parse_float = parse_float or float
         self.parse_int = int
-        self.parse_constant = parse_constant or _reject_constant
+        self.parse_constant = parse_constant or reject_constant
 
 
 _default_scanner = _json.make_scanner(_ScanContext(None, None, None))  # type: ignore[arg-type]
@@ -76,7 +88,8 @@ def loads(
 ) -> Any:
     """``json.loads`` semantics (raises ``json.JSONDecodeError``), without importing ``json``.
 
-    ``NaN`` and ``Infinity`` are rejected unless ``parse_constant`` accepts them, as in Go.
+    ``NaN`` and ``Infinity`` are rejected as in Go (:func:`reject_constant`, a ``ValueError``)
+    unless ``parse_constant`` accepts them.
     """
     text = data.decode("utf-8", "replace") if isinstance(data, bytes | bytearray) else data
     if object_pairs_hook is None and parse_float is None and parse_constant is None:

@@ -4,9 +4,11 @@ Runtimes, logs and upstream tests see Go's decoder messages verbatim (``unexpect
 input``, ``json: cannot unmarshal string into Go struct field ShimNetConf.logToStderr of type
 bool``). The skel checks, the shim config and the wire envelope each read a handful of typed
 fields, so this module offers just that: a ``loads`` whose syntax errors are Go's (worded by
-:mod:`cni_shim._godecode`, the package's one translation), case-insensitive field lookup with
+:mod:`cni_shim.godecode`, the package's one translation), case-insensitive field lookup with
 the last match winning, and Go's type-mismatch texts. Invalid UTF-8 becomes U+FFFD and
-``NaN``/``Infinity`` are rejected, as in Go.
+``NaN``/``Infinity`` are rejected, as in Go. The daemon's libcni port reads whole documents the
+same way, as ``interface{}`` sees them (:func:`loads_any`, :func:`loads_map`: integral numbers
+without their fraction, maps sorted).
 """
 
 from __future__ import annotations
@@ -26,32 +28,59 @@ class GoJSONError(ValueError):
     """A decoding failure carrying Go's error text as its message."""
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(name)
-
-
 def loads(data: bytes | str) -> Any:
     """Parse ``data`` like ``json.Unmarshal`` into ``interface{}``; Go's wording on failure.
 
     Objects are plain dicts (a duplicate key keeps its first position and last value, which
     is all the field lookups below need). Syntax errors are worded by
-    :func:`cni_shim._godecode.loads`, the package's one translation of Python's decoder errors
+    :func:`cni_shim.godecode.loads`, the package's one translation of Python's decoder errors
     into Go's, and only consulted on failure so the happy path is a plain ``json.loads``.
     """
     text = data.decode("utf-8", "replace") if isinstance(data, bytes | bytearray) else data
     try:
-        return gojson.loads(text, parse_constant=_reject_constant)
+        return gojson.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, NaN/Infinity, nesting
         try:
-            from cni_shim import _godecode  # error path only: Go's wording
+            from cni_shim import godecode  # error path only: Go's wording
 
-            _godecode.loads(text.encode("utf-8", "surrogatepass"))
+            godecode.loads(text.encode("utf-8", "surrogatepass"))
         except CNIError as go_err:
             raise GoJSONError(go_err.msg) from exc
         raise GoJSONError(str(exc)) from exc  # pragma: no cover - both parsers disagree
 
 
-"""Go's ``strconv.Quote`` (``%q``)."""
+def _normalize(value: Any, *, sort: bool) -> Any:
+    # Go decodes every number into float64 and prints integral values without a fraction
+    # ("1.0" comes back as "1"), switching to exponent form only from 1e21 on. A Go map
+    # re-marshals with sorted keys. Integers stay as written and an integral float becomes
+    # its exact int: both differ from Go only beyond 2**53, where Go prints the float64's
+    # shortest digits (cni_shim.gonum.float64_value); kept as the daemon has always had it.
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    if isinstance(value, list):
+        return [_normalize(v, sort=sort) for v in value]
+    if isinstance(value, dict):
+        items = sorted(value.items()) if sort else value.items()
+        return {k: _normalize(v, sort=sort) for k, v in items}
+    return value
+
+
+def loads_any(data: bytes | str) -> Any:
+    """Decode JSON as Go's ``json.Unmarshal`` into ``interface{}`` would see it.
+
+    Raises :class:`GoJSONError` (a ``ValueError``) with Go's wording.
+    """
+    return _normalize(loads(data), sort=False)
+
+
+def loads_map(data: bytes | str) -> Any:
+    """:func:`loads_any` with every object's keys sorted, as a Go ``map`` re-marshals them.
+
+    Decoding into sorted dicts means a later ``gojson.dumps`` reproduces Go's bytes for the
+    decoded parts, while values injected afterwards keep the order their producer chose (Go
+    structs marshal in field order, not sorted).
+    """
+    return _normalize(loads(data), sort=True)
 
 
 def type_name(value: Any) -> str:

@@ -25,7 +25,7 @@ Stdlib only, importing nothing beyond ``json``: the shim loads this on every ADD
 
 from __future__ import annotations
 
-from cni_shim import _godecode, _resultconv, _resulttypes, gojson
+from cni_shim import _resultconv, _resulttypes, godecode, gojson, gonum
 from cni_shim.errors import DECODING_FAILURE, INCOMPATIBLE_VERSION, INTERNAL, CNIError
 from cni_shim.goquote import go_quote
 from cni_shim.versions import LATEST, SUPPORTED_VERSIONS, parse_version, version_ge
@@ -84,11 +84,11 @@ def decode(stdout: bytes, config_version: str) -> dict[str, Any]:
     config's ("" meaning 0.1.0); in that case libcni first re-marshals the output through a
     generic map, which collapses duplicate keys and passes numbers through float64.
     """
-    raw = _godecode.loads(stdout)
+    raw = godecode.loads(stdout)
     if raw is None:  # "null" decodes to a nil map, which libcni replaces with an empty one
-        raw = _godecode.Pairs()
-    if type(raw) is not _godecode.Pairs:
-        kind = _godecode.jkind(raw)
+        raw = godecode.Pairs()
+    if type(raw) is not godecode.Pairs:
+        kind = godecode.jkind(raw)
         raise CNIError(
             DECODING_FAILURE,
             "failed to unmarshal raw result: json: cannot unmarshal "
@@ -101,7 +101,7 @@ def decode(stdout: bytes, config_version: str) -> dict[str, Any]:
     if type(own) is str and own:
         return _create(own, raw, lenient=False)
     try:
-        fixed = dict(_godecode.as_go_map(raw))
+        fixed = dict(godecode.as_go_map(raw))
     except CNIError as exc:
         raise exc.with_prefix("failed to unmarshal raw result: ") from None
     fixed["cniVersion"] = config_version or "0.1.0"
@@ -115,24 +115,24 @@ def decode_response(body: bytes) -> dict[str, Any] | None:
     treats an empty ``cniVersion`` as 1.1.0, as is done here. ``None``: the answer carried no
     result (upstream dereferences nil and crashes; the caller decides what to do instead).
     """
-    data = _godecode.loads(body)
+    data = godecode.loads(body)
     response = _resulttypes.RESPONSE
-    state = _godecode.unmarshal((_godecode.STRUCT, response, response[0]), data)
+    state = godecode.unmarshal((godecode.STRUCT, response, response[0]), data)
     result = state.get("Result")
     if result is None:
         return None
     if not result.get("cniVersion"):
         result["cniVersion"] = LATEST
-    return _godecode.render(_resulttypes.RESULT_100, result)
+    return godecode.render(_resulttypes.RESULT_100, result)
 
 
 def create_from_bytes(data: bytes) -> dict[str, Any]:
     """``create.CreateFromBytes`` (libcni's cached results): the version comes from the data
     itself, ``""`` meaning 0.1.0."""
-    obj = _godecode.loads(data)
+    obj = godecode.loads(data)
     only = _resulttypes.VERSION_ONLY
     try:
-        state = _godecode.unmarshal((_godecode.STRUCT, only, only[0]), obj)
+        state = godecode.unmarshal((godecode.STRUCT, only, only[0]), obj)
     except CNIError as exc:
         raise exc.with_prefix("decoding version from network config: ") from None
     return _create(state.get("cniVersion") or "0.1.0", obj, lenient=False)
@@ -179,7 +179,7 @@ def _create(version: str, obj: Any, *, lenient: bool) -> dict[str, Any]:
         quoted = go_quote(version)
         raise CNIError(INCOMPATIBLE_VERSION, f"unsupported CNI result version {quoted}")
     spec = _resulttypes.BY_FAMILY[family]
-    state = _godecode.unmarshal((_godecode.STRUCT, spec, spec[0]), obj, lenient=lenient)
+    state = godecode.unmarshal((godecode.STRUCT, spec, spec[0]), obj, lenient=lenient)
     got = state.get("cniVersion") or ""
     if got not in _ACCEPTS[family]:
         raise CNIError(
@@ -188,7 +188,7 @@ def _create(version: str, obj: Any, *, lenient: bool) -> dict[str, Any]:
             f"is {go_quote(got)}",
         )
     state["cniVersion"] = got or "0.1.0"
-    return _remember(_godecode.render(spec, state))
+    return _remember(godecode.render(spec, state))
 
 
 def _version_of(result: Any) -> str:
@@ -196,7 +196,7 @@ def _version_of(result: Any) -> str:
     found = ""
     if type(result) is dict:
         for key, val in result.items():
-            if type(val) is str and _godecode.fold(key) == "cniversion":
+            if type(val) is str and godecode.fold(key) == "cniversion":
                 found = val
     return found
 
@@ -328,5 +328,5 @@ def _remarshal(obj: Any) -> Any:
     if type(obj) is list:
         return [_remarshal(item) for item in obj]
     if type(obj) is int:
-        return int(_godecode.go_float_text(float(obj)))
+        return int(gonum.go_float_text(float(obj)))
     return obj

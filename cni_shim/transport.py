@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import _socket
 import errno as _errno
-import os
 import time
 
 TYPE_CHECKING = False
@@ -34,12 +33,6 @@ class TransportError(Exception):
     def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno
-
-
-def _errno_text(code: int) -> str:
-    # Go's syscall.Errno strings are strerror() with a lower-case first letter.
-    text = os.strerror(code)
-    return text[:1].lower() + text[1:]
 
 
 class _Conn:
@@ -207,10 +200,12 @@ def post(
         except TimeoutError as exc:
             raise _timeout(url) from exc
         except OSError as exc:
+            from cni_shim.gosyscall import errno_text  # error paths only: not at start-up
+
             code = exc.errno or _errno.EINVAL  # "AF_UNIX path too long" has no errno
             raise TransportError(
                 f"failed to send CNI request: {url}: dial unix {socket_path}: connect: "
-                f"{_errno_text(code)}",
+                f"{errno_text(code)}",
                 code,
             ) from exc
         conn = _Conn(sock, socket_path, deadline)
@@ -253,9 +248,11 @@ def _exchange(
         status, headers = _read_head(conn)
     except EOFError:
         if send_error is not None and send_error.errno is not None:
+            from cni_shim.gosyscall import errno_text
+
             raise TransportError(
                 f"failed to send CNI request: {url}: write {local}: write: "
-                f"{_errno_text(send_error.errno)}",
+                f"{errno_text(send_error.errno)}",
                 send_error.errno,
             ) from send_error
         raise TransportError(f"failed to send CNI request: {url}: EOF") from None
@@ -269,9 +266,11 @@ def _exchange(
     except TimeoutError as exc:
         raise _timeout(url) from exc
     except OSError as exc:
+        from cni_shim.gosyscall import errno_text
+
         code = exc.errno or _errno.EIO
         raise TransportError(
-            f"failed to send CNI request: {url}: read {local}: read: {_errno_text(code)}", code
+            f"failed to send CNI request: {url}: read {local}: read: {errno_text(code)}", code
         ) from exc
     try:
         body = _read_body(conn, status, headers)
@@ -283,8 +282,10 @@ def _exchange(
     except TimeoutError as exc:
         raise _timeout(url, while_reading_body=True) from exc
     except OSError as exc:
+        from cni_shim.gosyscall import errno_text
+
         code = exc.errno or _errno.EIO
         raise TransportError(
-            f"failed to read CNI result: read {local}: read: {_errno_text(code)}", code
+            f"failed to read CNI result: read {local}: read: {errno_text(code)}", code
         ) from exc
     return status, headers, body

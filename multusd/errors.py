@@ -2,8 +2,9 @@
 
 Two families, deliberately separate:
 
-* ``CNIError`` (shared with the shim, see ``cni_shim.errors``) is what a CNI request fails with.
-  It is a value with a spec code that travels to the runtime unchanged.
+* ``CNIError`` (shared with the shim; imported from ``cni_shim.errors`` only, the one path to
+  it and to the spec codes) is what a CNI request fails with. It is a value with a spec code
+  that travels to the runtime unchanged.
 * ``StartupError`` and its subclasses end the daemon process; each carries the exit code that
   upstream's ``multus-daemon`` uses for the same failure, so supervisors and operators see the
   same numbers.
@@ -11,31 +12,12 @@ Two families, deliberately separate:
 
 from __future__ import annotations
 
-from cni_shim.errors import (
-    DECODING_FAILURE,
-    INCOMPATIBLE_VERSION,
-    INTERNAL,
-    INVALID_ENVIRONMENT,
-    INVALID_NETWORK_CONFIG,
-    IO_FAILURE,
-    TRY_AGAIN_LATER,
-    UNKNOWN_CONTAINER,
-    CNIError,
-)
+from cni_shim.errors import INTERNAL, CNIError
 
 __all__ = [
-    "DECODING_FAILURE",
     "EXIT_CONFIG",
     "EXIT_READINESS_LOST",
     "EXIT_SERVER",
-    "INCOMPATIBLE_VERSION",
-    "INTERNAL",
-    "INVALID_ENVIRONMENT",
-    "INVALID_NETWORK_CONFIG",
-    "IO_FAILURE",
-    "TRY_AGAIN_LATER",
-    "UNKNOWN_CONTAINER",
-    "CNIError",
     "ConfigError",
     "StartupError",
     "internal",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cni_shim import _gonet
+from cni_shim import gonet
 from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
 from multusd.cni.routes import RouteActions
 from multusd.networks.delegates import Delegate
@@ -20,7 +20,7 @@ ECMP_ERROR = "multus does not support ECMP for default-route"
 
 
 def _parse(gateway: str) -> bytes:
-    ip = _gonet.parse_ip(gateway)
+    ip = gonet.parse_ip(gateway)
     if ip is None:
         # The selection decoder refuses such values already (Go's net.IP unmarshalling), so
         # this only guards delegates built by hand.
@@ -30,12 +30,12 @@ def _parse(gateway: str) -> bytes:
 
 def is_ipv4(gateway: str) -> bool:
     """Go's ``gw.To4() != nil``: v4-mapped IPv6 addresses count as IPv4, as upstream."""
-    return _parse(gateway)[:12] == _gonet.V4_PREFIX
+    return _parse(gateway)[:12] == gonet.V4_PREFIX
 
 
 def canonical(gateway: str) -> str:
     """The gateway as Go prints it after parsing (what upstream writes to the cache)."""
-    return _gonet.format_ip(_parse(gateway))
+    return gonet.format_ip(_parse(gateway))
 
 
 def plan_gateways(delegates: list[Delegate]) -> list[Delegate]:

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from cni_shim import _gonet, gojson, results
+from cni_shim import gojson, gonet, results
 
 ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
 _NIL = "<nil>"
-_ZERO_V4 = _gonet.parse_ip("0.0.0.0")
-_ZERO_V6 = _gonet.parse_ip("::")
+_ZERO_V4 = gonet.parse_ip("0.0.0.0")
+_ZERO_V6 = gonet.parse_ip("::")
 
 
 def _ip_of(cidr: str) -> str:
     """``ipConfig.Address.IP.String()``: the address without its prefix length."""
     address = cidr.split("/", 1)[0]
-    parsed = _gonet.parse_ip(address)
-    return _gonet.format_ip(parsed) if parsed is not None else _NIL
+    parsed = gonet.parse_ip(address)
+    return gonet.format_ip(parsed) if parsed is not None else _NIL
 
 
 def _is_default_route(route: dict[str, Any]) -> bool:
@@ -31,7 +31,7 @@ def _is_default_route(route: dict[str, Any]) -> bool:
     dst = route.get("dst")
     if not isinstance(dst, str) or dst in ("", _NIL):
         return True
-    ip = _gonet.parse_ip(dst.split("/", 1)[0])
+    ip = gonet.parse_ip(dst.split("/", 1)[0])
     return ip is not None and ip in (_ZERO_V4, _ZERO_V6)
 
 
@@ -39,8 +39,8 @@ def _gateway_text(route: dict[str, Any]) -> str:
     gw = route.get("gw")
     if not isinstance(gw, str) or not gw:
         return _NIL
-    parsed = _gonet.parse_ip(gw)
-    return _gonet.format_ip(parsed) if parsed is not None else _NIL
+    parsed = gonet.parse_ip(gw)
+    return gonet.format_ip(parsed) if parsed is not None else _NIL
 
 
 def _dns(result: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ Users write these by hand and upstream's ``parsePodNetworkAnnotation`` is lenien
 (an empty name after a trailing comma, unvalidated names in the JSON form) and strict in others
 (DNS-1123 labels in the text form). A pod that works with Go Multus must work here and a pod it
 rejects must fail with the same words, so this follows the Go code step by step: the JSON form
-is decoded by :mod:`cni_shim._godecode` with Go's rules (keys case-insensitive, the last one
+is decoded by :mod:`cni_shim.godecode` with Go's rules (keys case-insensitive, the last one
 wins, unknown keys ignored, the first type error reported), the text form is split exactly as
 ``parsePodNetworkObjectName`` splits it, and the checks run in upstream's order.
 
@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cni_shim import _godecode, _gonet
-from cni_shim._godecode import INT, IP, LIST, PSTRUCT, STR, STRS, Pairs, spec
+from cni_shim import godecode, gonet, gonum
 from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
+from cni_shim.godecode import INT, IP, LIST, PSTRUCT, STR, STRS, Pairs, spec
 from cni_shim.goquote import go_quote
 
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
@@ -217,8 +217,8 @@ def _decode_json(value: str) -> tuple[list[Any], list[dict[str, Any] | None]]:
     """``json.Unmarshal`` into ``[]*NetworkSelectionElement``: the parsed JSON and the structs."""
     prefix = "failed to parse pod Network Attachment Selection Annotation JSON format: "
     try:
-        data = _godecode.loads(value.encode("utf-8"))
-        decoded = _godecode.unmarshal(_ANNOTATION, data)
+        data = godecode.loads(value.encode("utf-8"))
+        decoded = godecode.unmarshal(_ANNOTATION, data)
     except CNIError as exc:
         raise _parse_error(prefix + exc.msg) from None
     return data, decoded
@@ -239,7 +239,7 @@ def _validated(fields: dict[str, Any], raw: Any, default_namespace: str) -> Sele
         if "/" in ip:
             if not _is_cidr(ip):
                 raise _error(f"failed to parse CIDR {go_quote(ip)}: invalid CIDR address: {ip}")
-        elif _gonet.parse_ip(ip) is None:
+        elif gonet.parse_ip(ip) is None:
             raise _error(f"failed to parse IP address {go_quote(ip)}")
     ports = fields.get("portMappings")
     bandwidth = fields.get("bandwidth")
@@ -254,8 +254,8 @@ def _validated(fields: dict[str, Any], raw: Any, default_namespace: str) -> Sele
         default_route=None if gateways is None else tuple(gw or "" for gw in gateways),
         port_mappings=None
         if ports is None
-        else tuple(None if p is None else _godecode.render(PORT_MAP_ENTRY, p) for p in ports),
-        bandwidth=None if bandwidth is None else _godecode.render(BANDWIDTH_ENTRY, bandwidth),
+        else tuple(None if p is None else godecode.render(PORT_MAP_ENTRY, p) for p in ports),
+        bandwidth=None if bandwidth is None else godecode.render(BANDWIDTH_ENTRY, bandwidth),
         device_id=fields.get("deviceID") or "",
         cni_args=None if fields.get(_CNI_ARGS) is None else _cni_args(raw),
     )
@@ -271,7 +271,7 @@ def _cni_args(raw: Any) -> dict[str, Any] | None:
     found: dict[str, Any] | None = None
     try:
         for key, value in raw:
-            if _godecode.fold(key) != _CNI_ARGS:
+            if godecode.fold(key) != _CNI_ARGS:
                 continue
             if value is None:
                 found = None
@@ -294,7 +294,7 @@ def _go_value(value: Any) -> Any:
         return dict(sorted(merged.items()))
     if kind is list:
         return [_go_value(v) for v in value]
-    if kind is int or kind is _godecode.NumLit:
+    if kind is int or kind is gonum.NumLit:
         return _float64(str(value))
     return value
 
@@ -310,8 +310,8 @@ def _float64(text: str) -> int | float:
             f"cannot unmarshal number {text} into Go struct field "
             f"NetworkSelectionElement.{_CNI_ARGS} of type float64"
         )
-    go_text = _godecode.go_float_text(number)
-    as_number = _godecode.number_from_text(go_text)
+    go_text = gonum.go_float_text(number)
+    as_number = gonum.number_from_text(go_text)
     return as_number if type(as_number) is int else number
 
 
@@ -352,4 +352,4 @@ def _is_cidr(text: str) -> bool:
     address, _, bits = text.partition("/")
     if bits.isascii() and bits.isdigit():
         bits = bits.lstrip("0") or "0"
-    return _gonet.canonical_cidr(f"{address}/{bits}") is not None
+    return gonet.canonical_cidr(f"{address}/{bits}") is not None

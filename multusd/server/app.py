@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from cni_shim.errors import CNIError
+from cni_shim.errors import INTERNAL, CNIError
 from multusd.cni.invoke import adopt_orphans
-from multusd.errors import INTERNAL, internal
+from multusd.errors import internal
 from multusd.metrics import Recorder
 from multusd.server.handlers import Handlers, error_response
 from multusd.server.listener import protocol_options

@@ -1,4 +1,5 @@
-"""The generated multus config: primary selection, loading, rendering (upstream's cases + §3.4)."""
+"""The generated multus config: primary selection, loading, rendering (upstream's cases and its
+sample thick DaemonSet config)."""
 
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def test_malformed_capabilities_are_errors_not_crashes(doc: dict[str, Any]) -> N
 
 
 def test_sample_daemonset_config_is_byte_identical() -> None:
-    """Reference §3.4: the sample thick DaemonSet config and a flannel conflist."""
+    """Upstream's sample thick DaemonSet config and a flannel conflist."""
     raw = {
         "chrootDir": "/hostroot",
         "cniVersion": "0.3.1",
@@ -165,7 +166,7 @@ def test_sample_daemonset_config_is_byte_identical() -> None:
     )
 
 
-def test_reference_4_3_example_clears_readiness_and_keeps_isolation_keys() -> None:
+def test_upstream_example_clears_readiness_and_keeps_isolation_keys() -> None:
     raw = {
         "cniVersion": "0.3.1",
         "logLevel": "verbose",

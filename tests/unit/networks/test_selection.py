@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cni_shim import _gonet
+from cni_shim import gonet
 from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
 from multusd.networks.selection import (
     SelectionElement,
@@ -730,7 +730,7 @@ elements = st.builds(
     infiniband_guid=st.just("") | _guids,
     default_route=st.none()
     | st.lists(st.one_of(_ipv4, _ipv6), max_size=2).map(
-        lambda ips: tuple(_gonet.canonical_ip(ip) or "" for ip in ips)
+        lambda ips: tuple(gonet.canonical_ip(ip) or "" for ip in ips)
     ),
     port_mappings=st.none() | st.lists(st.none() | _port_mappings, max_size=3).map(tuple),
     bandwidth=st.none() | _bandwidths,

@@ -14,8 +14,9 @@ turns one into the canonical JSON shape.
 
 from __future__ import annotations
 
-from cni_shim import _gonet, gojson
+from cni_shim import gojson, gonet
 from cni_shim.errors import DECODING_FAILURE, CNIError
+from cni_shim.gonum import NumLit, go_float_text, number_from_text
 from cni_shim.goquote import go_quote
 
 TYPE_CHECKING = False  # typing costs milliseconds at shim start-up; annotations only
@@ -35,12 +36,6 @@ if TYPE_CHECKING:
 
 class Pairs(list[tuple[str, object]]):
     """A JSON object as its key/value pairs: Go's decoder sees duplicates, in order."""
-
-    __slots__ = ()
-
-
-class NumLit(str):
-    """A JSON number that is not a plain integer, kept as literal text for Go's messages."""
 
     __slots__ = ()
 
@@ -184,7 +179,7 @@ def _value(st: _State, gotype: GoType, data: Any, cur: Any) -> Any:
         text = "" if got == "null" else _session((STR, None, "string"), data, "", st.lenient)
         if st.lenient and text == NIL_NET:
             return NIL_NET
-        cidr = _gonet.canonical_cidr(text)
+        cidr = gonet.canonical_cidr(text)
         if cidr is None:
             raise _Abort(msg="invalid CIDR address: " + text)
         return cidr
@@ -233,7 +228,7 @@ def _ip(st: _State, name: str, data: Any, got: str, cur: Any) -> Any:
         return cur
     if not data:
         return None  # IP.UnmarshalText: empty text is a nil IP
-    text = _gonet.canonical_ip(data)
+    text = gonet.canonical_ip(data)
     if text is None:
         raise _Abort(msg="invalid IP address: " + data)
     return text
@@ -256,36 +251,7 @@ def _struct(st: _State, struct: Spec, data: Any, base: dict[str, Any]) -> dict[s
 
 
 # --------------------------------------------------------------------------------------------
-# Numbers
-
-
-def number_from_text(text: str) -> Any:
-    """An int if ``text`` is a plain integer literal, else the literal as :class:`NumLit`."""
-    digits = text[1:] if text.startswith("-") else text
-    return int(text) if digits.isascii() and digits.isdigit() else NumLit(text)
-
-
-def go_float_text(value: float) -> str:
-    """How encoding/json prints a float64 (shortest digits; exponent below 1e-6, from 1e21)."""
-    if value == 0:
-        return "-0" if str(value).startswith("-") else "0"
-    sign = "-" if value < 0 else ""
-    mantissa, _, exp_text = repr(abs(value)).partition("e")
-    whole, _, frac = mantissa.partition(".")
-    raw = whole + frac
-    digits = raw.lstrip("0")
-    point = len(whole) + int(exp_text or 0) - (len(raw) - len(digits))
-    digits = digits.rstrip("0")
-    if 1e-6 <= abs(value) < 1e21:
-        if point <= 0:
-            return f"{sign}0.{'0' * -point}{digits}"
-        if point >= len(digits):
-            return sign + digits + "0" * (point - len(digits))
-        return f"{sign}{digits[:point]}.{digits[point:]}"
-    exp = point - 1
-    body = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-    exp_digits = f"{abs(exp):02d}" if exp >= 0 else str(-exp)  # Go tidies e-07 to e-7
-    return f"{sign}{body}e{'+' if exp >= 0 else '-'}{exp_digits}"
+# map[string]interface{} (number texts: cni_shim.gonum)
 
 
 def as_go_map(data: Any) -> Any:
@@ -315,25 +281,12 @@ def as_go_map(data: Any) -> Any:
 # JSON text
 
 
-class _ConstantError(Exception):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    # Python accepts NaN and Infinity; Go's scanner stops at their first letter.
-    if name.startswith("-"):
-        raise _ConstantError("invalid character 'I' in numeric literal")
-    raise _ConstantError(f"invalid character {_quote_char(name[0])} looking for beginning of value")
-
-
 def loads(data: bytes) -> Any:
     """Parse JSON keeping objects as :class:`Pairs`; syntax errors in Go's words (code 6)."""
     text = data.decode("utf-8", "replace")
     try:
-        return gojson.loads(
-            text, object_pairs_hook=Pairs, parse_float=NumLit, parse_constant=_reject_constant
-        )
-    except _ConstantError as exc:
+        return gojson.loads(text, object_pairs_hook=Pairs, parse_float=NumLit)
+    except gojson.ConstantError as exc:  # NaN, Infinity: already in Go's words
         raise CNIError(DECODING_FAILURE, str(exc)) from None
     except RecursionError:
         raise CNIError(DECODING_FAILURE, "exceeded max depth") from None
