@@ -38,7 +38,7 @@ from multusd.config.override import override_config
 from multusd.config.schema import decode
 from multusd.errors import internal
 from multusd.heap import IdleTrim
-from multusd.logs import request_id
+from multusd.logs.format import request_id
 from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import ContainerQueue, RequestGate
 from multusd.server.settings import ServerSettings, load_server_settings
