@@ -304,6 +304,7 @@ async def serving(
     handlers = Handlers(
         services=services,
         daemon_raw=raw,
+        config=config,
         ignore_readiness=config.is_auto,
         state=state,
         gate=RequestGate(config.connection_limit),
