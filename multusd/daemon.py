@@ -48,13 +48,14 @@ from multusd import logs
 from multusd.cni.invoke import SubprocessExecutor
 from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
-from multusd.config.manager import ConfigManager, install_static_config
+from multusd.config.manager import ConfigManager
 from multusd.config.readiness import (
     ReadinessSettings,
     stat_per_request,
     wait_for_file,
     watch_until_removed,
 )
+from multusd.config.static import install_static_config
 from multusd.errors import EXIT_READINESS_LOST, EXIT_SERVER, StartupError
 from multusd.k8s.client import ClientSettings, ClusterConfig
 from multusd.k8s.cluster import Cluster, running_cluster
