@@ -64,7 +64,7 @@ from multusd.k8s.kubeconfig import load_cluster_config
 from multusd.k8s.nads import NadLookup
 from multusd.k8s.pods import PodLookup, PodLookupSettings
 from multusd.metrics import Metrics, Recorder
-from multusd.networks.podnetworks import KubeNetworks
+from multusd.networks.nad_delegates import KubeNetworks
 from multusd.server.app import build_app
 from multusd.server.concurrency import RequestGate
 from multusd.server.handlers import DaemonState, Handlers
