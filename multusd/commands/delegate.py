@@ -1,8 +1,9 @@
 """Running one delegate: the interface-name check, the libcni call, and its errors' wording.
 
 Shared by ADD, DEL, CHECK and the hot-plug API so that a delegate is run the same way whichever
-verb reaches it; what it is run with (interface name, ``CNI_ARGS``, capabilities) is
-:mod:`multusd.commands.runtime_conf`.
+verb reaches it, down to the ``AddedInterface`` event a successful ADD reports; what it is run
+with (interface name, ``CNI_ARGS``, capabilities) is :mod:`multusd.commands.runtime_conf`, which
+delegates a request gets is :mod:`multusd.networks.resolve`.
 """
 
 from __future__ import annotations
