@@ -1,8 +1,8 @@
 """The runtime conf of one delegate: its interface name, ``CNI_ARGS`` and capabilities.
 
 What libcni is given besides the delegate's config when a delegate runs, built in one place
-for ADD, DEL, CHECK and the hot-plug API: a delegate's DEL must see the interface name and
-arguments its ADD saw. Running it is :mod:`multusd.commands.delegate`.
+for ADD, DEL, CHECK and the hot-plug API: a delegate's DEL must name the interface its ADD
+named, with the same pod arguments. Running it is :mod:`multusd.commands.delegate`.
 """
 
 from __future__ import annotations
