@@ -48,13 +48,14 @@ from multusd import logs
 from multusd.cni.invoke import SubprocessExecutor
 from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
-from multusd.config.manager import ConfigManager, install_static_config
+from multusd.config.manager import ConfigManager
 from multusd.config.readiness import (
     ReadinessSettings,
     stat_per_request,
     wait_for_file,
     watch_until_removed,
 )
+from multusd.config.static import install_static_config
 from multusd.errors import EXIT_READINESS_LOST, EXIT_SERVER, StartupError
 from multusd.k8s.client import ClientSettings, ClusterConfig
 from multusd.k8s.cluster import Cluster, running_cluster
@@ -63,7 +64,7 @@ from multusd.k8s.kubeconfig import load_cluster_config
 from multusd.k8s.nads import NadLookup
 from multusd.k8s.pods import PodLookup, PodLookupSettings
 from multusd.metrics import Metrics, Recorder
-from multusd.networks.podnetworks import KubeNetworks
+from multusd.networks.nad_delegates import KubeNetworks
 from multusd.server.app import build_app
 from multusd.server.concurrency import RequestGate
 from multusd.server.handlers import DaemonState, Handlers
@@ -306,6 +307,7 @@ async def serving(
     handlers = Handlers(
         services=services,
         daemon_raw=raw,
+        config=config,
         ignore_readiness=config.is_auto,
         state=state,
         gate=RequestGate(config.connection_limit),

@@ -23,17 +23,16 @@ from multusd.commands.delegate import (
     check_ifname,
     delegate_add,
     delegate_del,
-    device_info_path,
     record_added_interface,
-    runtime_for,
 )
+from multusd.commands.runtime_conf import device_info_path, runtime_for
 from multusd.k8s.devinfo import copy_device_plugin_info, load_device_info
 from multusd.k8s.pods import PodLookup
 from multusd.networks.delegates import Delegate
 from multusd.networks.gateways import route_actions
 from multusd.networks.netconf import NetConf, load_netconf
 from multusd.networks.netstatus import annotation_value, statuses_for
-from multusd.networks.resolve import add_pod_delegates, resolve_delegates
+from multusd.networks.resolve import delegates_for
 
 log = logging.getLogger(__name__)
 
@@ -73,25 +72,6 @@ async def _rollback(
                 await delegate_del(cni, delegate, rt)
             except CNIError as exc:
                 log.warning("rollback of %s failed: %s", delegate.name, exc)
-
-
-async def _delegates(
-    netconf: NetConf, pod: dict[str, Any] | None, services: Services, pod_label: str
-) -> list[Delegate]:
-    """Resolve, with upstream's two error prefixes: one for the cluster/default networks, one
-    for the pod's own networks (annotations)."""
-    try:
-        delegates = await resolve_delegates(netconf, pod, services.networks)
-    except CNIError as exc:
-        raise exc.with_prefix(
-            f"Multus: [{pod_label}]: failed to get clusterNetwork/defaultNetworks: "
-        ) from exc
-    try:
-        return await add_pod_delegates(netconf, pod, services.networks, delegates)
-    except CNIError as exc:
-        raise exc.with_prefix(
-            f"Multus: [{pod_label}]: error loading k8s delegates k8s args: "
-        ) from exc
 
 
 async def _default_routes(
@@ -153,7 +133,7 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
             # empty result, so the runtime can tear the sandbox down quickly.
             log.warning("pod %s not found: returning an empty result", pod_label)  # fmt: skip
             return results.empty_result(netconf.cni_version, cmd.ifname, cmd.netns)
-    delegates = await _delegates(netconf, pod, services, pod_label)
+    delegates = await delegates_for("ADD", netconf, pod, services.networks, pod_label=pod_label)
 
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 from multusd.commands.add import k8s_args_of
 from multusd.commands.context import CmdArgs, Services
-from multusd.commands.delegate import (
-    delegate_check,
-    runtime_for,
-)
+from multusd.commands.delegate import delegate_check
+from multusd.commands.runtime_conf import runtime_for
 from multusd.networks.netconf import load_netconf
-from multusd.networks.resolve import inline_delegates
+from multusd.networks.resolve import delegates_for
 
 
 async def check(cmd: CmdArgs, services: Services) -> None:
     netconf = load_netconf(cmd.config)
     k8s = k8s_args_of(cmd)
-    if netconf.cluster_network:
+    delegates = await delegates_for("CHECK", netconf, None, services.networks)
+    if not delegates:
         return
-    delegates = inline_delegates(netconf)
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
     for index, delegate in enumerate(delegates):

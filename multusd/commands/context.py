@@ -17,8 +17,8 @@ from multusd.cni.invoke import PluginExecutor, plugin_deadline
 from multusd.k8s.events import EventRecorder
 from multusd.k8s.pods import PodLookup
 from multusd.metrics import Recorder
+from multusd.networks.nad_delegates import KubeNetworks
 from multusd.networks.netconf import NetConf
-from multusd.networks.podnetworks import KubeNetworks
 
 _request_ids = itertools.count(1)
 

@@ -21,15 +21,12 @@ from cni_shim.errors import INTERNAL, CNIError
 from multusd.commands import scratch
 from multusd.commands.add import k8s_args_of
 from multusd.commands.context import CmdArgs, Services
-from multusd.commands.delegate import (
-    delegate_del,
-    device_info_path,
-    runtime_for,
-)
+from multusd.commands.delegate import delegate_del
+from multusd.commands.runtime_conf import device_info_path, runtime_for
 from multusd.k8s.devinfo import remove_device_info
 from multusd.networks.delegates import Delegate, delegate_from_bytes
-from multusd.networks.netconf import NetConf, load_netconf
-from multusd.networks.resolve import add_pod_delegates, resolve_delegates
+from multusd.networks.netconf import load_netconf
+from multusd.networks.resolve import delegates_for
 
 log = logging.getLogger(__name__)
 
@@ -45,49 +42,6 @@ def _backfill_version(delegate: Delegate, version: str) -> Delegate:
     except (ValueError, TypeError, CNIError):
         return delegate
     return replace(delegate, raw=patched.raw, conf=patched.conf)
-
-
-async def _rebuild(
-    cmd: CmdArgs, netconf: NetConf, pod: dict[str, Any], services: Services
-) -> list[Delegate]:
-    """No delegate cache (lost, or an older daemon's): rebuild the list as an ADD would
-    (§7.1 step 6), without device allocation. A cluster-network failure fails the DEL; a
-    pod-network failure only when nothing at all could be rebuilt."""
-    kube = replace(services.networks, devices=None) if services.networks is not None else None
-    delegates = await resolve_delegates(netconf, pod, kube)
-    try:
-        return await add_pod_delegates(netconf, pod, kube, delegates)
-    except CNIError as exc:
-        if not delegates:
-            raise
-        log.warning("Multus: rebuilding the pod's networks for DEL: %s", exc)
-        return delegates
-
-
-async def _cluster_only(cmd: CmdArgs, netconf: NetConf, services: Services) -> list[Delegate]:
-    """Neither a delegate cache nor a pod: the networks that need no pod, i.e. the cluster
-    network (or the config's inline delegates).
-
-    The pod's own networks (and a default-network override) are unknowable now; the cluster
-    network is not, and deleting it frees its IPAM. Should this container never have had it,
-    the DEL finds nothing to undo, which plugins answer with success (the spec's DEL is
-    idempotent). A failure to resolve it is only logged: upstream's DEL succeeds here.
-    """
-    kube = replace(services.networks, devices=None) if services.networks is not None else None
-    try:
-        delegates = await resolve_delegates(netconf, None, kube)
-    except CNIError as exc:
-        log.warning(
-            "Multus: failed to get the cached delegates file for %s, cannot properly delete: %s",
-            cmd.container_id,
-            exc,
-        )
-        return []
-    log.warning(
-        "Multus: no delegate cache and no pod for %s: deleting the cluster network only",
-        cmd.container_id,
-    )
-    return delegates
 
 
 async def delete(cmd: CmdArgs, services: Services) -> None:
@@ -107,10 +61,10 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
         log.error("Multus: %s; nothing deleted", exc)
         return
     from_cache = delegates is not None
-    if delegates is None and pod is not None:
-        delegates = await _rebuild(cmd, netconf, pod, services)
-    if delegates is None:
-        delegates = await _cluster_only(cmd, netconf, services)
+    if delegates is None:  # rebuilt from the pod, or the cluster network alone
+        delegates = await delegates_for(
+            "DEL", netconf, pod, services.networks, container_id=cmd.container_id
+        )
 
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")

@@ -9,7 +9,6 @@ injects Multus keys into the plugin's stdin; we leave the plugin's config as it 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from cni_shim import results
@@ -22,29 +21,10 @@ from multusd.commands.delegate import (
     delegate_check,
     delegate_del,
     record_added_interface,
-    runtime_for,
 )
-from multusd.networks.delegates import Delegate, delegate_from_bytes, with_cni_args
+from multusd.commands.runtime_conf import runtime_for
 from multusd.networks.netconf import NetConf
-
-
-def _attribute_delegate(cmd: CmdArgs, attributes: dict[str, Any] | None) -> Delegate:
-    """The delegate the request describes: its config, the runtime's ifname, the attributes."""
-    delegate = delegate_from_bytes(cmd.config)
-    attrs = attributes or {}
-    ips = attrs.get("ips") or []
-    mac = attrs.get("mac") or ""
-    if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
-        raise CNIError(INVALID_ENVIRONMENT, "interfaceAttributes: ips must be a list of strings")
-    if not isinstance(mac, str):
-        raise CNIError(INVALID_ENVIRONMENT, "interfaceAttributes: mac must be a string")
-    cni_args = attrs.get("cni-args")
-    if cni_args is not None:
-        if not isinstance(cni_args, dict):
-            raise CNIError(INVALID_ENVIRONMENT, "interfaceAttributes: cni-args must be an object")
-        delegate = with_cni_args(delegate, cni_args)
-    requested = tuple(ips) if attrs.get("ips") is not None else None
-    return replace(delegate, ifname_request=cmd.ifname, ip_request=requested, mac_request=mac)
+from multusd.networks.resolve import hotplug_delegate
 
 
 async def hotplug(
@@ -65,7 +45,7 @@ async def hotplug(
         )
         if pod is None:
             raise CNIError(INTERNAL, f"Multus: [{k8s.label()}]: pod not found")
-    delegate = _attribute_delegate(cmd, attributes)
+    delegate = hotplug_delegate(cmd.config, cmd.ifname, attributes)
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
     rt = runtime_for(cmd, k8s, netconf, delegate, 0, env_args=env_args, legacy=cmd.command == "ADD")

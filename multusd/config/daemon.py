@@ -6,12 +6,17 @@ the server-config override (reference §2.4.1). We therefore keep two views: ``D
 typed settings the daemon acts on, and ``raw``, the exact decoded object the override copies.
 Decoding follows Go (see ``multusd.config.schema``), so a file that works upstream works here and
 one that fails there fails here, with one clear line.
+
+Every key of the file the daemon acts on is declared here, the server's limits
+(``requestTimeoutSeconds``, ``maxPendingRequests``, ...) included: ``multusd.server`` reads
+them from ``DaemonConfig``, so a bad value stops start-up before anything runs.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +143,41 @@ class DaemonConfig(NetworkKeys):
     start-up for the life of the process, so a stray file never moves new pods to another
     network (docs/compatibility.md)."""
 
+    # multusd additions: the server's limits, how long a request may take, how many may wait,
+    # how long a client may dawdle (docs/configuration.md has the table). Each must be > 0.
+    request_timeout: float = json_field("requestTimeoutSeconds", 120.0)
+    """*multusd*: deadline of one CNI request, waiting included; plugins are killed when it
+    passes. Why 120: the kubelet gives ``RunPodSandbox`` twice its
+    ``--runtime-request-timeout`` (2 min by default, so 4 min) and Stop/RemovePodSandbox the
+    plain 2 min; containerd puts no timeout of its own on the CNI call. 120 s ends a hung
+    request well before the kubelet gives up, leaves room for the rollback and the runtime's own
+    cleanup, and is the same bound for DEL, whose caller waits 2 min. Upstream has no limit at
+    all."""
+    max_pending_per_container: int = json_field("maxPendingRequestsPerContainer", 16)
+    """*multusd*: requests one container may have in the daemon (running or waiting); more get
+    code 11. Why 16: the kubelet runs one sandbox operation per pod at a time and containerd one
+    CNI call per sandbox operation, so a container normally has one or two requests (an ADD,
+    then the DELs of Stop and Remove); 16 leaves room for retries while a runaway client cannot
+    pile up work behind one hung container."""
+    max_pending: int = json_field("maxPendingRequests", 1024)
+    """*multusd*: CNI requests the daemon holds at once (running or waiting, read or not); more
+    get code 11. Why 1,024: twice the ADD and DEL of every pod on a 500-pod node at once (the
+    kubelet's default ``maxPods`` is 110). Beyond ``maxActiveRequests`` they wait unread,
+    costing the daemon a file descriptor each."""
+    max_active: int = json_field("maxActiveRequests", 32)
+    """*multusd*: CNI requests read and in the daemon at once; more wait unread
+    (``server.intake``). Why 32: a request read costs the daemon ~50 KiB until it is answered,
+    one not yet read nothing (the kernel charges it to the client). 32 keep two cores' worth of
+    plugins and the 50-QPS bucket busy (an ADD spends most of its time in plugins, which the
+    memory admission runs a few at a time under a 50 Mi limit anyway) at ~1.6 MiB."""
+    header_timeout: float = json_field("requestHeaderTimeoutSeconds", 10.0)
+    """*multusd*: from connecting (or the previous answer) to a complete request header. Why 10:
+    Go's usual ``ReadHeaderTimeout`` (upstream's own metrics server uses 10 s); our shim sends
+    its whole request at once, right after connecting."""
+    body_timeout: float = json_field("requestBodyTimeoutSeconds", 10.0)
+    """*multusd*: from the request header to the complete body. Why 10: a request body is a few
+    KiB written in one go."""
+
     benchmark_direct_pod_get: bool = json_field("benchmarkDirectPodGet", False)
     """*multusd*, benchmark-only: read every request's pod with a live GET, ignoring the watch
     cache (the seed's behaviour), so the cache's saving can be measured A/B."""
@@ -163,6 +203,10 @@ class DaemonConfig(NetworkKeys):
         )
         check("kubeClientQPS", self.kube_client_qps > 0, lambda: "must be greater than 0")
         check("kubeClientBurst", self.kube_client_burst >= 1, lambda: "must be at least 1")
+        for item in fields(self):
+            if item.name in _SERVER_LIMITS:
+                value = getattr(self, item.name)
+                check(item.metadata["json"], value > 0, functools.partial(_not_positive, value))
 
     @property
     def socket_path(self) -> str:
@@ -171,6 +215,33 @@ class DaemonConfig(NetworkKeys):
     @property
     def is_auto(self) -> bool:
         return self.multus_config_file == "auto"
+
+
+_SERVER_LIMITS = frozenset(
+    {
+        "request_timeout",
+        "max_pending_per_container",
+        "max_pending",
+        "max_active",
+        "header_timeout",
+        "body_timeout",
+    }
+)
+"""The fields holding the server's limits, each checked to be greater than 0."""
+
+
+def _not_positive(value: float) -> str:
+    return f"must be greater than 0, got {value}"
+
+
+def decode_daemon_config(raw: dict[str, Any], source: str = "") -> DaemonConfig:
+    """The typed config of the decoded file ``raw``; ``ConfigError`` naming the key if a value
+    is wrong (``source``, the file, is named in the error when given)."""
+    try:
+        return decode(DaemonConfig, raw)
+    except SchemaError as exc:
+        where = f"daemon config {source}" if source else "daemon config"
+        raise ConfigError(f"{where}: {exc}") from exc
 
 
 def parse_daemon_config(
@@ -183,11 +254,7 @@ def parse_daemon_config(
         raise ConfigError(f"daemon config {source}: not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"daemon config {source}: expected a JSON object")
-    try:
-        config = decode(DaemonConfig, raw)
-    except SchemaError as exc:
-        raise ConfigError(f"daemon config {source}: {exc}") from exc
-    return config, raw
+    return decode_daemon_config(raw, source), raw
 
 
 def load_daemon_config(path: str) -> tuple[DaemonConfig, dict[str, Any], bytes]:

@@ -1,27 +1,23 @@
-"""Delegates: the CNI configs Multus runs for a pod, and how they are resolved from disk.
+"""Delegates: the CNI configs Multus runs for a pod, as values built from config bytes.
 
 A ``Delegate`` is upstream's ``DelegateNetConf``: the exact config bytes to run plus the
 per-network requests (interface name, MAC, IPs, default route, ...) that shape how it runs.
-This module is synchronous and does file I/O; callers run it in a worker thread.
+Which delegates a pod gets is :mod:`multusd.networks.resolve`; loading them from files is
+:mod:`multusd.networks.ondisk`. Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from cni_shim import gojson
-from cni_shim.errors import INVALID_NETWORK_CONFIG, IO_FAILURE, CNIError
-
-_CONFIG_SUFFIXES = (".conf", ".json", ".conflist")
-_CHAIN_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
 
 
-def _invalid(msg: str) -> CNIError:
+def invalid_config(msg: str) -> CNIError:
+    """A network config Multus cannot use (CNI code 6, ``INVALID_NETWORK_CONFIG``)."""
     return CNIError(INVALID_NETWORK_CONFIG, msg)
 
 
@@ -74,31 +70,32 @@ class Delegate:
         return replace(self, master=True)
 
 
-def _decode_object(data: bytes, what: str) -> dict[str, Any]:
+def decode_object(data: bytes, what: str) -> dict[str, Any]:
+    """``data`` as a JSON object; the error (code 6) is ``<what>: <why>``."""
     try:
         obj = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _invalid(f"{what}: {exc}") from exc
+        raise invalid_config(f"{what}: {exc}") from exc
     if not isinstance(obj, dict):
-        raise _invalid(f"{what}: expected a JSON object")
+        raise invalid_config(f"{what}: expected a JSON object")
     return obj
 
 
 def delegate_from_bytes(data: bytes) -> Delegate:
     """Upstream ``LoadDelegateNetConf`` without a selection element (reference §6.6.4)."""
-    conf = _decode_object(data, "LoadDelegateNetConf: error unmarshalling delegate config")
+    conf = decode_object(data, "LoadDelegateNetConf: error unmarshalling delegate config")
     name = conf.get("name", "")
     if conf.get("type"):
         return Delegate(raw=data, conf=conf, name=name if isinstance(name, str) else "")
     prefix = "LoadDelegateNetConf: failed with: LoadDelegateNetConfList: "
     plugins = conf.get("plugins")
     if not isinstance(plugins, list):
-        raise _invalid(f"{prefix}delegate must have the 'type' or 'plugin' field")
+        raise invalid_config(f"{prefix}delegate must have the 'type' or 'plugin' field")
     if not plugins:
         # Upstream indexes plugins[0] unchecked and crashes here (reference §12, quirk 13).
-        raise _invalid(f"{prefix}delegate must have at least one plugin")
+        raise invalid_config(f"{prefix}delegate must have at least one plugin")
     if not all(isinstance(p, dict) for p in plugins) or not plugins[0].get("type"):
-        raise _invalid(f"{prefix}a plugin delegate must have the 'type' field")
+        raise invalid_config(f"{prefix}a plugin delegate must have the 'type' field")
     list_view = {k: v for k, v in conf.items() if k != "plugins"}
     return Delegate(
         raw=data,
@@ -111,7 +108,7 @@ def delegate_from_bytes(data: bytes) -> Delegate:
 def with_cni_args(delegate: Delegate, cni_args: dict[str, Any]) -> Delegate:
     """Merge a selection's ``cni-args`` into ``args.cni`` of the config (every plugin of a
     conflist), as upstream's ``LoadDelegateNetConf``: requested keys win, others are kept."""
-    conf = _decode_object(delegate.raw, "cni-args")
+    conf = decode_object(delegate.raw, "cni-args")
 
     def merged(plugin: dict[str, Any]) -> dict[str, Any]:
         args = plugin.get("args")
@@ -131,7 +128,7 @@ def with_cni_args(delegate: Delegate, cni_args: dict[str, Any]) -> Delegate:
 def with_device(delegate: Delegate, device_id: str, resource_name: str) -> Delegate:
     """Upstream injects the allocated device as ``deviceID`` and ``pciBusID`` (every plugin of a
     conflist), re-encoded with sorted keys, and remembers it for the runtime config."""
-    conf = _decode_object(delegate.raw, "deviceID")
+    conf = decode_object(delegate.raw, "deviceID")
     if delegate.is_conflist:
         conf["plugins"] = [
             {**p, "deviceID": device_id, "pciBusID": device_id} for p in conf.get("plugins") or []
@@ -147,110 +144,3 @@ def with_device(delegate: Delegate, device_id: str, resource_name: str) -> Deleg
         device_id=device_id,
         resource_name=resource_name,
     )
-
-
-def _subdirectory_plugins(config_dir: Path, list_name: str) -> list[bytes]:
-    """libcni's subdirectory plugin loading: ``<dir>/<list name>/*.conf``, sorted."""
-    if not _CHAIN_NAME.match(list_name):
-        return []
-    subdir = config_dir / list_name
-    try:
-        names = sorted(p.name for p in subdir.iterdir() if p.suffix == ".conf")
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [(subdir / n).read_bytes() for n in names]
-
-
-def load_conflist_file(path: Path) -> Delegate:
-    """A ``.conflist`` file as a lossless delegate (HEAD behaviour, reference §6.6.4).
-
-    The bytes are rebuilt from the list-level keys plus every plugin's own raw bytes, so that
-    plugin-specific keys survive to DEL (the upstream fix for leaked IPs, #1521/#1536).
-    """
-    prefix = f"error loading CNI conflist file {path}: "
-    if not path.is_file():
-        raise _invalid(prefix + "CNI configuration path is not a regular file")
-    data = path.read_bytes()
-    conf = _decode_object(data, prefix.rstrip(": "))
-    plugins = conf.get("plugins")
-    if not isinstance(plugins, list):
-        plugins = []
-    extra = [
-        _decode_object(b, prefix + "subdirectory plugin")
-        for b in _subdirectory_plugins(path.parent, str(conf.get("name", "")))
-    ]
-    plugins = [*plugins, *extra]
-    if not plugins:
-        raise _invalid(prefix + "no plugin configs found")
-    if not all(isinstance(p, dict) for p in plugins) or not plugins[0].get("type"):
-        raise _invalid(prefix + "a plugin delegate must have the 'type' field")
-    top = {k: conf[k] for k in sorted(conf) if k != "plugins"}
-    top["plugins"] = plugins
-    rebuilt = dict(sorted(top.items()))
-    raw = gojson.dumps(rebuilt).encode()
-    name = conf.get("name", "")
-    return Delegate(
-        raw=raw,
-        conf={k: v for k, v in rebuilt.items() if k != "plugins"},
-        name=name if isinstance(name, str) else "",
-        plugins=tuple(plugins),
-    )
-
-
-def load_conf_file(path: Path) -> Delegate:
-    """A single-plugin config file; ``type`` is mandatory (libcni ``ConfFromFile``)."""
-    data = path.read_bytes()
-    prefix = f"error loading CNI config file {path}: "
-    conf = _decode_object(data, prefix + "error parsing configuration")
-    if not conf.get("type"):
-        raise _invalid(prefix + "error parsing configuration: missing 'type'")
-    return delegate_from_bytes(data)
-
-
-def _config_files(directory: Path) -> list[Path]:
-    return sorted(
-        (p for p in directory.iterdir() if p.suffix in _CONFIG_SUFFIXES), key=lambda p: p.name
-    )
-
-
-def load_path(path: Path) -> Delegate:
-    """A cluster network given as a path: a directory, a ``.conflist`` or a config file."""
-    if path.is_dir():
-        files = _config_files(path)
-        if not any(p.suffix in (".conf", ".conflist") for p in files):
-            raise _invalid(f"getNetDelegate: cannot find network: {path}")
-        first = files[0]
-        return delegate_from_bytes(first.read_bytes())
-    if path.suffix == ".conflist":
-        return load_conflist_file(path)
-    return load_conf_file(path)
-
-
-def find_by_name(conf_dir: Path, name: str) -> Delegate | None:
-    """The first config in ``conf_dir`` (sorted, non-recursive) whose CNI ``name`` is ``name``.
-
-    As upstream, an unparsable file met before the match aborts the search.
-    """
-    try:
-        files = _config_files(conf_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for path in files:
-        delegate = load_conflist_file(path) if path.suffix == ".conflist" else load_conf_file(path)
-        if delegate.name == name:
-            return delegate
-    return None
-
-
-def resolve_on_disk(name: str, conf_dir: str) -> Delegate:
-    """Resolve a ``clusterNetwork``/``defaultNetworks`` entry without Kubernetes (§6.5)."""
-    try:
-        if "/" in name:
-            os.stat(name)
-            return load_path(Path(name))
-        found = find_by_name(Path(conf_dir), name)
-    except OSError as exc:
-        raise CNIError(IO_FAILURE, f"{exc.strerror}: {exc.filename}") from exc
-    if found is None:
-        raise _invalid(f"getNetDelegate: cannot find network: {name}")
-    return found

@@ -34,14 +34,14 @@ from multusd.commands.delete import delete
 from multusd.commands.gc import gc
 from multusd.commands.hotplug import hotplug as run_hotplug
 from multusd.commands.status import status
+from multusd.config.daemon import DaemonConfig, decode_daemon_config
 from multusd.config.override import override_config
 from multusd.config.schema import decode
 from multusd.errors import internal
 from multusd.heap import IdleTrim
-from multusd.logs import request_id
+from multusd.logs.format import request_id
 from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import ContainerQueue, RequestGate
-from multusd.server.settings import ServerSettings, load_server_settings
 from multusd.server.validate import check_config_text, check_env_text, check_pod_env
 
 log = logging.getLogger(__name__)
@@ -167,14 +167,16 @@ class Handlers:
     gate: RequestGate = field(default_factory=lambda: RequestGate(None))
     readiness_check: Callable[[], Awaitable[None]] | None = None
     """Benchmark-only (``benchmarkReadinessStat``): the seed's per-request readiness stat."""
-    settings: ServerSettings | None = None
-    """The server's limits; ``None``: read from ``daemon_raw`` (a bad value: ``ConfigError``)."""
+    config: DaemonConfig | None = None
+    """The daemon config, whose server limits apply; ``None``: decoded from ``daemon_raw`` (a
+    bad value: ``ConfigError``)."""
     heap: IdleTrim = field(default_factory=IdleTrim)
-    limits: ServerSettings = field(init=False)
+    limits: DaemonConfig = field(init=False)
+    """The server's limits (``requestTimeoutSeconds``, ``maxPendingRequests``, ...)."""
     queue: ContainerQueue = field(init=False)
 
     def __post_init__(self) -> None:
-        self.limits = self.settings or load_server_settings(self.daemon_raw)
+        self.limits = self.config or decode_daemon_config(self.daemon_raw or {})
         limits = self.limits
         self.queue = ContainerQueue(limits.max_pending_per_container, limits.max_pending, self.gate)
 

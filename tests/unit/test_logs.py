@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from multusd import logs
+from multusd.logs.format import LEVELS, MultusFormatter, parse_level, request_id
+from multusd.logs.rotation import RotatingFile
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d) \[(\w+)\] (.*)$")
 
@@ -45,7 +47,7 @@ def record(level: int, msg: str = "hello %s", created: float = 0.0) -> logging.L
 def test_rfc3339_in_local_zone(timezone: pytest.MonkeyPatch, tz: str, stamp: str) -> None:
     timezone.setenv("TZ", tz)
     time.tzset()
-    line = logs.MultusFormatter().format(record(logging.ERROR))
+    line = MultusFormatter().format(record(logging.ERROR))
     assert line == f"{stamp} [error] hello world"
 
 
@@ -61,7 +63,7 @@ def test_rfc3339_in_local_zone(timezone: pytest.MonkeyPatch, tz: str, stamp: str
     ],
 )
 def test_level_names(level: int, name: str) -> None:
-    line = logs.MultusFormatter().format(record(level, "m"))
+    line = MultusFormatter().format(record(level, "m"))
     match = LINE.match(line)
     assert match is not None
     assert match.group(2, 3) == (name, "m")
@@ -73,23 +75,23 @@ def test_exception_appended() -> None:
     except RuntimeError:
         rec = logging.LogRecord("multusd", logging.ERROR, __file__, 1, "failed", (), None)
         rec.exc_info = sys.exc_info()
-    text = logs.MultusFormatter().format(rec)
+    text = MultusFormatter().format(rec)
     first, *rest = text.splitlines()
     assert first.endswith(" [error] failed")
     assert rest[-1] == "RuntimeError: boom"
 
 
 def test_parse_level() -> None:
-    assert [logs.parse_level(n) for n in ("panic", "ERROR", "Verbose", "debug")] == [
+    assert [parse_level(n) for n in ("panic", "ERROR", "Verbose", "debug")] == [
         logging.CRITICAL,
         logging.ERROR,
         logging.INFO,
         logging.DEBUG,
     ]
-    assert logs.parse_level("") is None
-    assert logs.parse_level("trace") is None
+    assert parse_level("") is None
+    assert parse_level("trace") is None
     # Upstream's numeric order: panic < error < verbose < debug (more is chattier).
-    ordered = [logs.LEVELS[n] for n in ("panic", "error", "verbose", "debug")]
+    ordered = [LEVELS[n] for n in ("panic", "error", "verbose", "debug")]
     assert ordered == sorted(ordered, reverse=True)
 
 
@@ -146,7 +148,7 @@ def test_reconfigure_replaces_handlers(tmp_path: Path) -> None:
     handlers = logs.output_handlers()
     logs.shutdown()
     assert first.getvalue() == ""
-    assert len(handlers) == 1 and isinstance(handlers[0], logs.RotatingFile)
+    assert len(handlers) == 1 and isinstance(handlers[0], RotatingFile)
     assert logging.getLogger("multusd").propagate is False
 
 
@@ -159,11 +161,11 @@ def test_no_output_configured_is_silent() -> None:
 def test_request_id_is_carried_by_the_context() -> None:
     stream = io.StringIO()
     logs.configure(level="debug", to_stderr=True, stream=stream)
-    token = logs.request_id.set("r000042")
+    token = request_id.set("r000042")
     try:
         logging.getLogger("multusd.x").info("inside")
     finally:
-        logs.request_id.reset(token)
+        request_id.reset(token)
     logging.getLogger("multusd.x").info("outside")
     logs.shutdown()
     inside, outside = stream.getvalue().splitlines()

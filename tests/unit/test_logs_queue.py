@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from multusd import logs
+from multusd.logs.writer import LOG_QUEUE_CAPACITY
 
 pytestmark = pytest.mark.usefixtures("restore_logger")
 
@@ -45,7 +46,7 @@ def test_a_stalled_reader_never_blocks_the_logger_and_drops_are_counted(
     stream, read_fd = stalled_pipe
     logs.configure(level="debug", to_stderr=True, stream=stream)
     log = logging.getLogger("multusd.test")
-    n = logs.LOG_QUEUE_CAPACITY * 4
+    n = LOG_QUEUE_CAPACITY * 4
     filler = "x" * 200
 
     def emit() -> None:
@@ -84,7 +85,7 @@ def test_shutdown_is_bounded_when_the_writer_is_stuck(
     stream, read_fd = stalled_pipe
     logs.configure(level="debug", to_stderr=True, stream=stream)
     log = logging.getLogger("multusd.test")
-    for i in range(logs.LOG_QUEUE_CAPACITY * 2):
+    for i in range(LOG_QUEUE_CAPACITY * 2):
         log.info("line %d %s", i, "y" * 200)
     (writer,) = [t for t in threading.enumerate() if t.name == "multusd-log-writer"]
     stopper = threading.Thread(target=logs.shutdown)

@@ -12,6 +12,7 @@ import pytest
 
 from multusd import logs
 from multusd.config.daemon import LogOptions
+from multusd.logs.rotation import RotatingFile, Rotation, backup_name, backup_time
 
 pytestmark = pytest.mark.usefixtures("restore_logger")
 
@@ -22,9 +23,9 @@ def record(msg: str) -> logging.LogRecord:
 
 def handler_for(
     path: Path, *, max_bytes: int, max_backups: int = 5, max_age_days: float = 5, compress: bool
-) -> logs.RotatingFile:
-    rotation = logs.Rotation(max_bytes, max_backups, max_age_days, compress)
-    handler = logs.RotatingFile(path, rotation)
+) -> RotatingFile:
+    rotation = Rotation(max_bytes, max_backups, max_age_days, compress)
+    handler = RotatingFile(path, rotation)
     handler.setFormatter(logging.Formatter("%(message)s"))
     return handler
 
@@ -35,7 +36,7 @@ def backups(path: Path) -> list[str]:
 
 def stamp(path: Path, days_ago: float, suffix: str = "") -> Path:
     when = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=days_ago)
-    name = logs.backup_name(path, when)
+    name = backup_name(path, when)
     target = name.with_name(name.name + suffix)
     target.write_bytes(b"old\n")
     return target
@@ -43,17 +44,17 @@ def stamp(path: Path, days_ago: float, suffix: str = "") -> Path:
 
 def test_backup_name_is_lumberjacks(tmp_path: Path) -> None:
     when = datetime.datetime(2024, 3, 5, 7, 8, 9, 123456, tzinfo=datetime.UTC)
-    name = logs.backup_name(tmp_path / "multus.log", when)
+    name = backup_name(tmp_path / "multus.log", when)
     assert name.name == "multus-2024-03-05T07-08-09.123.log"
-    assert logs.backup_time(tmp_path / "multus.log", name.name) == when.replace(microsecond=123000)
-    assert logs.backup_time(tmp_path / "multus.log", name.name + ".gz") is not None
+    assert backup_time(tmp_path / "multus.log", name.name) == when.replace(microsecond=123000)
+    assert backup_time(tmp_path / "multus.log", name.name + ".gz") is not None
     for other in (
         "multus.log",
         "multus-x.log",
         "other-2024-03-05T07-08-09.123.log",
         "multus-2024-03-05T07-08-09.123.txt",
     ):
-        assert logs.backup_time(tmp_path / "multus.log", other) is None
+        assert backup_time(tmp_path / "multus.log", other) is None
 
 
 def test_rotates_before_a_write_that_would_exceed_the_size(tmp_path: Path) -> None:
@@ -169,23 +170,23 @@ def test_plain_and_gzipped_twins_count_as_one_backup(tmp_path: Path) -> None:
 
 
 def test_rotation_from_log_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(logs, "MEGABYTE", 10)
-    assert logs.Rotation.from_options(None) == logs.Rotation(1000, 5, 5, True)
-    assert logs.Rotation.from_options(LogOptions()) == logs.Rotation(1000, 5, 5, True)
+    monkeypatch.setattr("multusd.logs.rotation.MEGABYTE", 10)
+    assert Rotation.from_options(None) == Rotation(1000, 5, 5, True)
+    assert Rotation.from_options(LogOptions()) == Rotation(1000, 5, 5, True)
     options = LogOptions(max_age=1, max_size=2, max_backups=0, compress=False)
-    assert logs.Rotation.from_options(options) == logs.Rotation(20, 0, 1, False)
-    assert logs.Rotation.from_options(LogOptions(max_size=0)).max_bytes == 1000
+    assert Rotation.from_options(options) == Rotation(20, 0, 1, False)
+    assert Rotation.from_options(LogOptions(max_size=0)).max_bytes == 1000
 
 
 def test_configure_rotates_in_the_writer_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(logs, "MEGABYTE", 1)  # maxSize counts bytes
+    monkeypatch.setattr("multusd.logs.rotation.MEGABYTE", 1)  # maxSize counts bytes
     path = tmp_path / "sub" / "multus.log"
     options = LogOptions(max_size=60, max_backups=2, compress=True)
     logs.configure(level="error", log_file=str(path), log_options=options)
     [handler] = logs.output_handlers()
-    assert isinstance(handler, logs.RotatingFile)
+    assert isinstance(handler, RotatingFile)
     log = logging.getLogger("multusd.test")
     for i in range(10):
         log.error("message number %d", i)

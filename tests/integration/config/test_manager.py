@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from multusd.config.daemon import DaemonConfig, parse_daemon_config
-from multusd.config.manager import ConfigManager, ManagerSettings, install_static_config
+from multusd.config.manager import ConfigManager, ManagerSettings
+from multusd.config.static import install_static_config
 from multusd.errors import EXIT_READINESS_LOST, StartupError
 
 FAST = ManagerSettings(

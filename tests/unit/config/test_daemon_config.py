@@ -12,6 +12,7 @@ from multusd.config.daemon import (
     DaemonConfig,
     LogOptions,
     PerNodeCertificate,
+    decode_daemon_config,
     load_daemon_config,
     parse_daemon_config,
 )
@@ -174,6 +175,43 @@ def test_connection_limit_must_be_positive(limit: int) -> None:
     assert f"connection limit must be greater than 0, got {limit}" in text
     assert "connectionLimit" in text
     assert "Value error" not in text
+
+
+def test_server_limits_defaults() -> None:
+    config, _ = parse({"unrelated": True})
+    assert (
+        config.request_timeout,
+        config.max_pending_per_container,
+        config.max_pending,
+        config.max_active,
+        config.header_timeout,
+        config.body_timeout,
+    ) == (120.0, 16, 1024, 32, 10.0, 10.0)
+
+
+def test_server_limits_from_the_daemon_config() -> None:
+    config, _ = parse(
+        {"requestTimeoutSeconds": 30, "maxpendingrequests": 8, "requestBodyTimeoutSeconds": 0.5}
+    )
+    assert (config.request_timeout, config.max_pending, config.body_timeout) == (30, 8, 0.5)
+    assert config.extra == {}  # the server's keys are the daemon config's own
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ({"maxPendingRequests": 0}, "key 'maxPendingRequests': must be greater than 0, got 0"),
+        ({"maxActiveRequests": -1}, "key 'maxActiveRequests': must be greater than 0, got -1"),
+        ({"requestHeaderTimeoutSeconds": 0}, "must be greater than 0, got 0.0"),
+        ({"requestTimeoutSeconds": "1"}, "key 'requestTimeoutSeconds': expected a number"),
+        ({"maxPendingRequestsPerContainer": 1.5}, "expected an integer"),
+    ],
+)
+def test_bad_server_limits_stop_start_up(raw: dict[str, object], problem: str) -> None:
+    text = str(config_error(raw))
+    assert text.startswith("daemon config test.json: ") and problem in text
+    with pytest.raises(ConfigError, match=f"^daemon config: .*{problem}"):
+        decode_daemon_config(raw)  # the server's fallback when given no DaemonConfig
 
 
 def test_plugin_timeout_accepts_integer() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from cni_shim.errors import INVALID_NETWORK_CONFIG, IO_FAILURE, CNIError
-from multusd.networks.delegates import (
-    delegate_from_bytes,
+from multusd.networks.delegates import delegate_from_bytes
+from multusd.networks.ondisk import (
     find_by_name,
     load_conf_file,
     load_conflist_file,

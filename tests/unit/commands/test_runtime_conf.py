@@ -9,7 +9,7 @@ import pytest
 
 from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
 from multusd.cni.args import K8sArgs
-from multusd.commands.delegate import capability_args, interface_name, runtime_args
+from multusd.commands.runtime_conf import capability_args, interface_name, runtime_args
 from multusd.networks.delegates import Delegate, delegate_from_bytes
 
 K8S = K8sArgs(pod_name="pod", pod_namespace="ns", infra_container_id="sb", pod_uid="uid")
