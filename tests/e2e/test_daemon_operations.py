@@ -16,7 +16,8 @@ from typing import Any
 import aiohttp
 
 from tests.e2e.conftest import pod_env, write_json
-from tests.e2e.harness import Daemon, addresses, eventually, run_shim, until_logged
+from tests.e2e.harness import Daemon, addresses, run_shim, until_logged
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]

@@ -30,7 +30,7 @@ import pytest_asyncio
 from multusd.kubesim import KubeSim
 from multusd.kubesim.faults import ErrorRule
 from tests.e2e.conftest import daemon_config, pod_env, shim_config
-from tests.e2e.harness import Daemon, eventually, run_shim, until_logged
+from tests.e2e.harness import Daemon, run_shim, until_logged
 from tests.e2e.kube import (
     NETWORK_STATUS,
     create_pod,
@@ -40,6 +40,7 @@ from tests.e2e.kube import (
     unreachable_kubeconfig,
     until_caches,
 )
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
