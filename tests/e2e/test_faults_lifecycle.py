@@ -179,8 +179,8 @@ async def test_sigterm_with_a_plugin_that_will_not_finish_exits_within_the_grace
     add = asyncio.create_task(
         run_shim(shim_path, "ADD", shim_config(daemon), env=pod_env(await netns()))
     )
-    await eventually(pid_file.exists)
-    await asyncio.sleep(0.2)
+    # The plugin runs once its pid is in the file (created empty first, then written).
+    await eventually(lambda: pid_file.exists() and pid_file.read_text() != "")
     plugin = int(pid_file.read_text())
     assert await _sigterm_and_wait(daemon, GRACE) == 0, daemon.log()
     assert not os.path.exists(daemon.socket_path)
