@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.conftest import bridge_plugin
-from tests.e2e.harness import PLUGIN_DIR
+from tests.e2e.harness import PLUGIN_DIR, Daemon, short_id, until_logged
+from tests.waits import eventually
 
 HANG = """#!/bin/sh
 # Hangs on ADD (and CHECK); DEL succeeds at once. The pids go to {pids}/<container id>.
@@ -48,9 +49,7 @@ class HangRig:
     async def pids(self, container_id: str, timeout: float = 60) -> tuple[int, int]:
         """(shell, its sleep child) once the hanging plugin runs for ``container_id``."""
         path = self.pids_dir / container_id
-        async with asyncio.timeout(timeout):
-            while not (path.exists() and path.read_text().strip()):
-                await asyncio.sleep(0.05)
+        await eventually(lambda: path.exists() and path.read_text().strip() != "", timeout)
         leader, child = path.read_text().split()
         return int(leader), int(child)
 
@@ -171,3 +170,26 @@ def request_body(env: dict[str, str], config: bytes) -> bytes:
 
 def no_traceback(log: str) -> bool:
     return "Traceback (most recent call last)" not in log
+
+
+async def log_barrier(daemon: Daemon) -> str:
+    """Wait until every line the daemon logged for the requests answered so far is in its log
+    file, and return the marker that says so.
+
+    The log writer is a thread, so a line logged before an answer may reach the file after
+    it. It writes in order, though: one more request, refused with a message naming a fresh
+    marker (a relative ``CNI_NETNS``), is logged after everything before it, and once the
+    marker is in the file, so is all that came first.
+    """
+    marker = f"log-barrier-{short_id()}"
+    env = {
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": "barrier",
+        "CNI_NETNS": marker,
+        "CNI_IFNAME": "eth0",
+        "CNI_ARGS": "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p",
+    }
+    response = await post(daemon.socket_path, request_body(env, b"{}"))
+    assert marker in response.body.decode(), response
+    await until_logged(daemon, marker)
+    return marker

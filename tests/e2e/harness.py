@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from tests.waits import eventually
 
 PLUGIN_DIR = "/usr/lib/cni"
 REPO = Path(__file__).resolve().parents[2]
@@ -25,13 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 def short_id() -> str:
     return uuid.uuid4().hex[:8]
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
-    """Poll ``check`` until it holds; the timeout only keeps a broken test from hanging."""
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.05)
 
 
 async def until_logged(daemon: Daemon, what: str | re.Pattern[str], timeout: float = 30) -> None:

@@ -7,7 +7,6 @@ these; a change to how a pod or a kubeconfig is written now has one place to go.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 from multusd.kubesim import KubeSim
 from tests.e2e.conftest import pod_env
 from tests.e2e.harness import Daemon
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 NODE = "node-e2e"  # MULTUS_NODE_NAME of every daemon started here, and its pods' nodeName
@@ -85,6 +85,8 @@ async def readyz(daemon: Daemon) -> tuple[int, str]:
 
 async def until_caches(daemon: Daemon, done: Callable[[str], bool], timeout: float = 60) -> None:
     """Poll ``/readyz`` (bounded) until ``done`` holds for what it says about the caches."""
-    async with asyncio.timeout(timeout):
-        while not done((await readyz(daemon))[1]):
-            await asyncio.sleep(0.1)
+
+    async def reached() -> bool:
+        return done((await readyz(daemon))[1])
+
+    await eventually(reached, timeout, interval=0.1)

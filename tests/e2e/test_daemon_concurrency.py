@@ -11,10 +11,16 @@ from pathlib import Path
 
 from tests.e2e.conftest import pod_env, shim_config
 from tests.e2e.harness import Daemon, run_shim
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
 SLEEP = 0.6
+
+
+def _started(log: Path) -> Path:
+    """Where the plugin notes each start (one line per run, at once): a test can wait for it."""
+    return log.with_suffix(".started")
 
 
 def _sleeper(bin_dir: Path, log: Path) -> None:
@@ -24,6 +30,8 @@ def _sleeper(bin_dir: Path, log: Path) -> None:
     path.write_text(
         "#!/usr/bin/python3 -IS\nimport os, time, json\n"
         "start = time.time()\n"
+        f"with open({str(_started(log))!r}, 'a') as f:\n"
+        "    f.write(os.environ['CNI_CONTAINERID'] + '\\n')\n"
         f"time.sleep({SLEEP})\n"
         f"with open({str(log)!r}, 'a') as f:\n"
         "    f.write(json.dumps([os.environ['CNI_COMMAND'], os.environ['CNI_CONTAINERID'],"
@@ -82,7 +90,7 @@ async def test_connection_limit_queues_instead_of_failing(
     daemon, log = await _daemon(start_daemon, workdir, connectionLimit=1)
     envs = [pod_env(await netns(), f"q{i}") for i in range(3)]
     adds = asyncio.gather(*(run_shim(shim_path, "ADD", shim_config(daemon), env=e) for e in envs))
-    await asyncio.sleep(SLEEP / 2)
+    await eventually(_started(log).exists)  # one holds the only slot, the others queue
     assert (await daemon.request("GET", "/readyz"))[0] == 200  # probes never queue
     runs = await adds
     assert [r.returncode for r in runs] == [0, 0, 0], runs

@@ -16,7 +16,8 @@ from typing import Any
 import aiohttp
 
 from tests.e2e.conftest import pod_env, write_json
-from tests.e2e.harness import Daemon, addresses, eventually, run_shim, until_logged
+from tests.e2e.harness import Daemon, addresses, run_shim, until_logged
+from tests.waits import eventually, until_watched
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -91,12 +92,18 @@ async def test_readiness_indicator_removed_exits_2_and_removes_the_config(
     daemon = await start_daemon(**_auto(workdir, conflist_file, readinessindicatorfile=str(ready)))
     generated = workdir / "cni" / "00-multus.conf"
     await eventually(generated.exists)
+    assert daemon.proc is not None
+    await until_watched(ready.parent, daemon.proc.pid)  # the readiness watch is armed
     # A rotation (atomic replace) is not a loss.
     rotated = ready.with_suffix(".new")
     rotated.write_text("ok again")
     rotated.replace(ready)
+    # Nothing to wait for: the point is that nothing happens. A second later the daemon still
+    # runs and never saw the file gone (a rename-over leaves no gap to see; a gap would start
+    # the 5 s grace, which this window is too short to see expire).
     await asyncio.sleep(1.0)
-    assert daemon.proc is not None and daemon.proc.returncode is None
+    assert daemon.proc.returncode is None
+    assert "is gone; waiting" not in daemon.log()
     ready.unlink()
     assert daemon.proc is not None
     assert await asyncio.wait_for(daemon.proc.wait(), 30) == 2
@@ -118,7 +125,9 @@ async def test_readiness_stat_switch_stalls_requests_instead_of_exiting(
     ready.unlink()
     env = pod_env(await netns())
     add = asyncio.create_task(run_shim(shim_path, "ADD", generated.read_bytes(), env=env))
-    await asyncio.sleep(6.0)  # past the watch's 5 s grace: the watch would have exited by now
+    # Nothing to wait for: that the daemon does not exit shows only as time passing, past the
+    # watch's 5 s grace (the watch would have exited by now), with the ADD still waiting.
+    await asyncio.sleep(6.0)
     assert daemon.proc is not None and daemon.proc.returncode is None
     assert not add.done()
     ready.write_text("ok")
@@ -128,14 +137,20 @@ async def test_readiness_stat_switch_stalls_requests_instead_of_exiting(
     assert await daemon.stop() == 0
 
 
+async def _readyz_is(daemon: Daemon, status: int) -> bool:
+    return (await daemon.request("GET", "/readyz"))[0] == status
+
+
 async def test_sigterm_lets_an_in_flight_add_finish(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path
 ) -> None:
     bin_dir = workdir / "slowbin"
     bin_dir.mkdir()
     slow = bin_dir / "slow"
+    started = workdir / "slow.started"
     slow.write_text(
-        "#!/usr/bin/python3 -IS\nimport time, json\ntime.sleep(1.5)\n"
+        "#!/usr/bin/python3 -IS\nimport time, json\n"
+        f"open({str(started)!r}, 'w').close()\ntime.sleep(1.5)\n"
         "print(json.dumps({'cniVersion': '1.0.0'}))\n"
     )
     slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
@@ -144,12 +159,11 @@ async def test_sigterm_lets_an_in_flight_add_finish(
     config = {"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus-shim",
               "daemonSocketDir": daemon.socket_dir}  # fmt: skip
     add = asyncio.create_task(run_shim(shim_path, "ADD", config, env=pod_env(await netns())))
-    await asyncio.sleep(0.7)  # the plugin is running
+    await eventually(started.exists)  # the plugin is running
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGTERM)
-    await asyncio.sleep(0.1)
     # Draining: /readyz says 500 (new ADDs wait for a successor), DELs are still served.
-    assert (await daemon.request("GET", "/readyz"))[0] == 500
+    await eventually(lambda: _readyz_is(daemon, 500))
     other = pod_env(await netns())
     status, _ = await daemon.request("GET", "/healthz")
     assert status == 200

@@ -3,10 +3,11 @@ checkout and from an installed wheel.
 
 "Nothing behind" is checked on the host: the node paths the daemon and the plugins default to
 (``/etc/cni``, ``/var/lib/cni``, ``/run/multus``, ...) are snapshotted before and after each
-run, with ``/run/netns``, the mounts and the links. Other engineers' tests run on this machine
-at the same time, so only what could be the demo's is compared: whole trees where nothing but a
-CNI component should write, and elsewhere the entries named the way the demo names things
-(``mdemo…`` links and temp dirs, the demo's container ID and networks).
+run, with ``/run/netns``, the mounts and the links. Other engineers' tests (and demos) run on
+this machine at the same time, so only what could be this run's is compared: whole trees where
+nothing but a CNI component should write, and elsewhere the entries that name this very run
+(its tag, in ``mdemo<tag>…`` links and the container ID ``demo<tag>``, and its temp dir), read
+from its output.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import sys
 import sysconfig
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -43,13 +46,38 @@ WHOLE = (
     "/var/lib/kubelet",
 )
 # libcni's result cache, which the container runtime of other tests writes: only entries
-# naming the demo's container (``demo<tag>``) or its networks count.
+# naming the demo's container (``demo<tag>``) count.
 SHARED = ("/var/lib/cni",)
 DEMO_NAME = re.compile(r"mdemo|demo-net|demo\d|multusd-demo|bridge-conf|macvlan-conf")
+EXAMPLE_BRIDGE = "mbr-example"  # the example NAD's own name, which the demo renames
 
 
-async def snapshot() -> dict[str, object]:
-    """What the demo could leave on the host (see the module doc)."""
+@dataclass(frozen=True)
+class DemoRun:
+    """What one demo run names its things after: the tag of its interfaces (``mdemo<tag>``,
+    ``mdemo<tag>b``, ...) and of its container (``demo<tag>``), and its temp dir."""
+
+    tag: str
+    workdir: str
+
+    @classmethod
+    def of(cls, out: str) -> DemoRun:
+        """The run whose output is ``out``: its cluster network's bridge and its workdir."""
+        tag = re.search(r'"name": "mdemo(\d+)"', out)
+        workdir = re.search(r"^== multusd demo \(workdir (/tmp/mdemo-\w+)\)$", out, re.M)
+        assert tag and workdir, out
+        return cls(tag[1], workdir[1])
+
+    def names(self, text: str) -> bool:
+        return self.workdir in text or re.search(rf"demo{self.tag}(?!\d)", text) is not None
+
+
+Snapshot = dict[str, Any]
+
+
+async def snapshot() -> Snapshot:
+    """What a demo could leave on the host (see the module doc); :func:`assert_unchanged`
+    narrows it to one run's."""
     whole = {root: tree(root, digest=True) for root in WHOLE}
     shared = {
         root: {p: v for p, v in tree(root, digest=True).items() if DEMO_NAME.search(p)}
@@ -62,12 +90,12 @@ async def snapshot() -> dict[str, object]:
     mounts = [
         line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "mdemo" in line
     ]
-    links = sorted(
-        name
+    links = {
+        name: line
         for name, line in host_links().items()
-        if DEMO_NAME.search(line) or "mbr-example" in line
-    )
-    temp = sorted(p.name for p in Path("/tmp").glob("mdemo-*"))
+        if DEMO_NAME.search(line) or EXAMPLE_BRIDGE in line
+    }
+    temp = sorted(str(p) for p in Path("/tmp").glob("mdemo-*"))
     return {
         "whole": whole,
         "shared": shared,
@@ -78,9 +106,29 @@ async def snapshot() -> dict[str, object]:
     }
 
 
-def assert_unchanged(before: dict[str, object], after: dict[str, object]) -> None:
-    for key, was in before.items():
-        assert after[key] == was, f"the demo changed the host's {key}"
+def mine(snap: Snapshot, run: DemoRun) -> Snapshot:
+    """``snap`` with only what names ``run`` (the trees compared whole stay whole)."""
+    return {
+        "whole": snap["whole"],
+        "shared": {
+            root: {p: v for p, v in entries.items() if run.names(p)}
+            for root, entries in snap["shared"].items()
+        },
+        "netns": [name for name in snap["netns"] if run.names(name)],
+        "mounts": [line for line in snap["mounts"] if run.names(line)],
+        "links": sorted(
+            name
+            for name, line in snap["links"].items()
+            if run.names(line) or EXAMPLE_BRIDGE in line
+        ),
+        "temp": [path for path in snap["temp"] if run.names(path)],
+    }
+
+
+def assert_unchanged(before: Snapshot, after: Snapshot, run: DemoRun) -> None:
+    was, now = mine(before, run), mine(after, run)
+    for key in was:
+        assert now[key] == was[key], f"the demo changed the host's {key}"
 
 
 async def _demo(*prefix: str, python: str = sys.executable, cwd: Path = REPO,
@@ -109,7 +157,7 @@ async def test_demo_wires_a_namespace_and_leaves_the_host_as_it_was() -> None:
     code, out, err = await _demo()
     assert code == 0, out + err
     _assert_wired(out)
-    assert_unchanged(before, await snapshot())
+    assert_unchanged(before, await snapshot(), DemoRun.of(out))
 
 
 async def test_demo_without_root_exits_2_with_a_clear_message() -> None:
@@ -179,7 +227,7 @@ async def test_demo_runs_from_the_wheel_and_leaves_the_host_as_it_was(
                                  env=_outside_env())  # fmt: skip
     assert code == 0, out + err
     _assert_wired(out)
-    assert_unchanged(before, await snapshot())
+    assert_unchanged(before, await snapshot(), DemoRun.of(out))
 
 
 # --- what the demo hands the daemon and the plugins (no root needed) -------------------------
@@ -220,18 +268,22 @@ def test_every_plugin_keeps_its_state_in_the_demos_temp_dir(short_tmp: Path) -> 
 
 
 async def test_the_snapshot_sees_what_a_leaky_demo_would_leave(short_tmp: Path) -> None:
-    """The comparisons above are not blind: a demo-named link, temp dir and netns mount show."""
+    """The comparisons above are not blind: a link, temp dir and netns mount named as a run's
+    show, and only those of that run."""
     before = await snapshot()
-    link = f"mdemo{os.getpid() % 100000}t"
+    tag = f"{os.getpid() % 100000}"
+    link = f"mdemo{tag}t"
     leftover = Path(tempfile.mkdtemp(prefix="mdemo-", dir="/tmp"))
     pinned = leftover / "netns"
     pinned.touch()
+    run, other = DemoRun(tag, str(leftover)), DemoRun(f"{tag}0", "/tmp/mdemo-not-this-one")
     try:
         await ip("link", "add", link, "type", "veth", "peer", "name", f"{link}x")
         subprocess.run(["unshare", f"--net={pinned}", "true"], check=True, timeout=30)
         after = await snapshot()
         for key in ("links", "temp", "mounts"):
-            assert after[key] != before[key], key
+            assert mine(after, run)[key] != mine(before, run)[key], key
+            assert mine(after, other)[key] == mine(before, other)[key], key
     finally:
         subprocess.run(["umount", str(pinned)], check=False, timeout=30)
         await ip("link", "del", link, check=False)

@@ -17,6 +17,7 @@ from tests.e2e.faults import (
     exchange,
     hang_rig,
     http_request,
+    log_barrier,
     no_traceback,
     parse_response,
     post,
@@ -25,6 +26,7 @@ from tests.e2e.faults import (
     wait_gone,
 )
 from tests.e2e.harness import Daemon, run_shim
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -116,8 +118,9 @@ async def test_a_malformed_request_logs_one_line(
     before = len(daemon.log().splitlines())
     response = await post(daemon.socket_path, b"{not json")
     _cni_error(response.status, response.body)
-    await asyncio.sleep(0.5)  # the log writer is a thread
+    marker = await log_barrier(daemon)  # the log writer is a thread
     new = daemon.log().splitlines()[before:]
+    new = new[: next(i for i, line in enumerate(new) if marker in line)]  # before the barrier
     assert len([line for line in new if "rejected" in line]) == 1, new
     assert no_traceback(daemon.log())
 
@@ -299,9 +302,8 @@ async def test_requests_beyond_the_queue_caps_are_told_to_try_again_later(
             return response.status, int(error["code"]), str(error["msg"])
 
     tasks = [asyncio.create_task(one()) for _ in range(5000)]
-    async with asyncio.timeout(240):
-        while sum(not t.done() for t in tasks) > 15:
-            await asyncio.sleep(0.2)
+    await eventually(lambda: sum(not t.done() for t in tasks) <= 15, 240, interval=0.2)
+    # Nothing to wait for: that the 15 stay waiting shows only as time passing.
     await asyncio.sleep(1)
     waiting = [t for t in tasks if not t.done()]
     assert len(waiting) == 15, "with the hung ADD, 16 requests wait for one container"

@@ -17,6 +17,7 @@ from typing import Any
 from tests.e2e.conftest import pod_env, shim_config
 from tests.e2e.faults import HangRig, hang_rig, no_traceback, wait_gone
 from tests.e2e.harness import Daemon, run_shim
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -83,6 +84,9 @@ async def test_a_del_supersedes_a_hung_add_of_the_same_container(
     leader, child = await rig.pids(cid)
     # A second ADD for the same sandbox (a runtime retry) waits behind the first.
     retry = asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=env))
+    # The one timed wait left here: that the retry is queued behind the first ADD (so the DEL
+    # supersedes it too) shows nowhere outside the daemon, neither in its log nor in its
+    # metrics, so it gets half a second to arrive.
     await asyncio.sleep(0.5)
     deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
     assert deleted.returncode == 0, deleted
@@ -135,9 +139,9 @@ async def test_probes_answer_while_plugins_hang(
     adds = [
         asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=e)) for e in envs
     ]
-    async with asyncio.timeout(60):  # two of them hang; the third waits for a slot
-        while len(list(rig.pids_dir.iterdir())) < 2:
-            await asyncio.sleep(0.05)
+    # Two of them hang; the third waits for a slot.
+    await eventually(lambda: len(list(rig.pids_dir.iterdir())) >= 2, 60)
+    # Nothing to wait for: that the third does not start shows only as time passing.
     await asyncio.sleep(0.5)
     assert len(list(rig.pids_dir.iterdir())) == 2, "connectionLimit holds the third back"
     for _ in range(5):
@@ -162,9 +166,8 @@ async def test_adds_beyond_max_active_wait_unread_and_a_del_supersedes_them(
     adds = [
         asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=e)) for e in envs
     ]
-    async with asyncio.timeout(60):  # two of them hang; the third is not even read
-        while len(list(rig.pids_dir.iterdir())) < 2:
-            await asyncio.sleep(0.05)
+    # Two of them hang; the third is not even read.
+    await eventually(lambda: len(list(rig.pids_dir.iterdir())) >= 2, 60)
     running = {path.name for path in rig.pids_dir.iterdir()}
     # Whichever shim connected last is the one not read (the shims race to connect).
     (unread,) = [i for i, env in enumerate(envs) if env["CNI_CONTAINERID"] not in running]

@@ -30,7 +30,7 @@ import pytest_asyncio
 from multusd.kubesim import KubeSim
 from multusd.kubesim.faults import ErrorRule
 from tests.e2e.conftest import daemon_config, pod_env, shim_config
-from tests.e2e.harness import Daemon, eventually, run_shim, until_logged
+from tests.e2e.harness import Daemon, run_shim, until_logged
 from tests.e2e.kube import (
     NETWORK_STATUS,
     create_pod,
@@ -40,6 +40,7 @@ from tests.e2e.kube import (
     unreachable_kubeconfig,
     until_caches,
 )
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -178,8 +179,8 @@ async def test_sigterm_with_a_plugin_that_will_not_finish_exits_within_the_grace
     add = asyncio.create_task(
         run_shim(shim_path, "ADD", shim_config(daemon), env=pod_env(await netns()))
     )
-    await eventually(pid_file.exists)
-    await asyncio.sleep(0.2)
+    # The plugin runs once its pid is in the file (created empty first, then written).
+    await eventually(lambda: pid_file.exists() and pid_file.read_text() != "")
     plugin = int(pid_file.read_text())
     assert await _sigterm_and_wait(daemon, GRACE) == 0, daemon.log()
     assert not os.path.exists(daemon.socket_path)

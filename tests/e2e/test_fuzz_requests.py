@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tests.e2e.faults import no_traceback, post
+from tests.e2e.faults import log_barrier, no_traceback, post
 from tests.e2e.fuzzbodies import acceptable, body
 from tests.e2e.harness import Daemon
 
@@ -54,5 +54,5 @@ async def test_fuzzed_requests_never_get_a_500_or_a_traceback(
     assert sent >= min(BODIES, 500), f"only {sent} bodies in {TIME_BUDGET:g}s"
     assert bad == [], f"{len(bad)} of {sent} answers were not a CNI error object: {bad[:5]}"
     assert (await daemon.request("GET", "/healthz"))[0] == 200
-    await asyncio.sleep(0.5)  # the log writer is a thread
+    await log_barrier(daemon)  # the log writer is a thread
     assert no_traceback(daemon.log()), daemon.log()[-5000:]

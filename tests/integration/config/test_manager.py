@@ -91,7 +91,9 @@ async def watching(manager: ConfigManager) -> AsyncIterator[asyncio.Task[None]]:
         await manager.write_config()
         task = asyncio.create_task(manager.watch())
         try:
-            await asyncio.sleep(0.15)  # let the watch arm (it also catches up on a tick)
+            from tests.waits import until_watched
+
+            await until_watched(os.path.dirname(manager.primary_path))  # the watch is armed
             yield task
         finally:
             task.cancel()
@@ -113,11 +115,14 @@ async def test_generates_from_the_delegated_config(confdir: Path) -> None:
     assert not written.exists()  # upstream's default: removed on exit
 
 
-async def test_waits_for_a_primary_created_later(confdir: Path) -> None:
+async def test_waits_for_a_primary_created_later(
+    confdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="multusd.config.manager")
     config, raw = daemon_config(confdir)
 
     async def install_later() -> None:
-        await asyncio.sleep(0.2)
+        await eventually(lambda: "waiting for a primary CNI config" in caplog.text)
         write_json(confdir / "10-later.conf", MYCNI)
 
     async with ConfigManager(config, raw, settings=FAST) as manager:
@@ -127,12 +132,15 @@ async def test_waits_for_a_primary_created_later(confdir: Path) -> None:
         assert manager.primary_path == str(confdir / "10-later.conf")
 
 
-async def test_waits_for_a_directory_created_later(confdir: Path) -> None:
+async def test_waits_for_a_directory_created_later(
+    confdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="multusd.config.manager")
     later = confdir / "later"
     config, raw = daemon_config(later)
 
     async def install_later() -> None:
-        await asyncio.sleep(0.2)
+        await eventually(lambda: "waiting for a primary CNI config" in caplog.text)
         later.mkdir()
         write_json(later / "10-x.conflist", {**MYCNI, "plugins": [{"type": "x"}]})
 
@@ -241,7 +249,9 @@ async def test_the_primary_found_first_is_kept_as_upstream(confdir: Path) -> Non
         replace_json(confdir / "10-first.conf", {**MYCNI, "capabilities": {"bandwidth": True}})
         write_json(primary, {**MYCNI, "capabilities": {"real": True}})
         await eventually(lambda: read(out) == expected(primary, capabilities={"real": True}))
-        await asyncio.sleep(0.3)  # three re-check ticks: still the first primary
+        # Nothing to wait for: that nothing happens shows only as time passing (the manager
+        # counts no ticks and logs none): three re-check ticks, still the first primary.
+        await asyncio.sleep(0.3)
         assert read(out) == expected(primary, capabilities={"real": True})
 
 
@@ -253,7 +263,9 @@ async def test_a_gone_primary_is_not_replaced_by_default(confdir: Path) -> None:
     async with watching(ConfigManager(config, raw, settings=FAST)):
         good = read(out)
         (confdir / "10-a.conf").unlink()
-        await asyncio.sleep(0.6)  # twice the grace of the opt-in mode
+        # Nothing to wait for: that nothing happens shows only as time passing (the manager
+        # counts no ticks and logs none): twice the grace of the opt-in mode.
+        await asyncio.sleep(0.6)
         assert read(out) == good
         write_json(confdir / "10-a.conf", {**MYCNI, "capabilities": {"back": True}})
         want = expected(confdir / "10-a.conf", capabilities={"back": True})
@@ -272,6 +284,8 @@ async def test_follow_primary_config_lets_a_lexically_earlier_config_take_over(
         await eventually(lambda: read(out) == want)
         # a later-sorting newcomer changes nothing
         write_json(confdir / "30-third.conf", {**MYCNI, "capabilities": {"x": True}})
+        # Nothing to wait for: that nothing happens shows only as time passing (the manager
+        # counts no ticks and logs none): three re-check ticks.
         await asyncio.sleep(0.3)
         assert read(out) == want
 
@@ -282,6 +296,8 @@ async def test_a_fixed_master_never_switches(confdir: Path) -> None:
     out = confdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=FAST)):
         write_json(confdir / "10-other.conf", MYCNI)
+        # Nothing to wait for: that nothing happens shows only as time passing (the manager
+        # counts no ticks and logs none): three re-check ticks.
         await asyncio.sleep(0.3)
         assert read(out) == expected(confdir / "20-mine.conf")
 
@@ -295,7 +311,9 @@ async def test_own_writes_do_not_loop(confdir: Path) -> None:
         write_json(primary, {**MYCNI, "capabilities": {"a": True}})
         await eventually(lambda: read(out) == expected(primary, capabilities={"a": True}))
         inode = out.stat().st_ino
-        await asyncio.sleep(0.5)  # five re-check ticks: any rewrite would change the inode
+        # Nothing to wait for: that nothing happens shows only as time passing (the manager
+        # counts no ticks and logs none): five re-check ticks; any rewrite would change the inode.
+        await asyncio.sleep(0.5)
         assert out.stat().st_ino == inode
         assert not [p for p in confdir.iterdir() if p.name.endswith(".tmp")]
 
@@ -322,7 +340,9 @@ async def test_an_unusable_primary_keeps_the_last_good_file(
             else:
                 primary.write_bytes(breakage)
             await eventually(lambda: "keeping the last good" in caplog.text)
-            await asyncio.sleep(0.3)  # retried on ticks, still nothing written
+            # Nothing to wait for: that nothing is written shows only as time passing (the
+            # manager counts no ticks): three re-check ticks of retries.
+            await asyncio.sleep(0.3)
         assert read(out) == good
         assert out.stat().st_ino == inode
         assert caplog.text.count("keeping the last good") == 1  # logged once per streak
@@ -340,6 +360,7 @@ async def test_follow_primary_config_replaces_a_gone_primary_after_the_grace(
     async with watching(ConfigManager(config, raw, settings=GRACE_1S)):
         good = read(out)
         (confdir / "10-a.conf").unlink()
+        # Nothing to wait for: a tenth of the 1 s grace later, nothing has switched.
         await asyncio.sleep(0.1)
         assert read(out) == good  # within the grace: a rewrite may still come
         want = expected(confdir / "20-b.conf", capabilities={"b": True})
@@ -355,15 +376,20 @@ async def test_a_primary_rewritten_within_the_grace_is_not_switched_away_from(
     out = confdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=GRACE_1S)):
         (confdir / "10-a.conf").unlink()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the writer's gap between delete and re-create (a model)
         write_json(confdir / "10-a.conf", {**MYCNI, "capabilities": {"back": True}})
         want = expected(confdir / "10-a.conf", capabilities={"back": True})
         await eventually(lambda: read(out) == want)
-        await asyncio.sleep(1.1)  # past the grace: still on 10-a
+        # Nothing to wait for: that nothing happens shows only as time passing (the manager
+        # counts no ticks and logs none): past the grace, still on 10-a.
+        await asyncio.sleep(1.1)
         assert read(out) == want
 
 
-async def test_survives_the_directory_disappearing_and_reappearing(confdir: Path) -> None:
+async def test_survives_the_directory_disappearing_and_reappearing(
+    confdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="multusd.config.manager")
     auto = confdir / "auto"
     outdir = confdir / "out"
     auto.mkdir()
@@ -373,7 +399,7 @@ async def test_survives_the_directory_disappearing_and_reappearing(confdir: Path
     out = outdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=FAST)):
         shutil.rmtree(auto)
-        await asyncio.sleep(0.3)
+        await eventually(lambda: "re-arming the watch" in caplog.text)  # the loss was seen
         assert read(out) == expected(auto / "10-a.conf")
         auto.mkdir()
         write_json(auto / "10-a.conf", {**MYCNI, "capabilities": {"again": True}})
@@ -386,14 +412,17 @@ async def test_survives_the_directory_disappearing_and_reappearing(confdir: Path
         )
 
 
-async def test_the_output_is_restored_when_the_shared_directory_comes_back(confdir: Path) -> None:
+async def test_the_output_is_restored_when_the_shared_directory_comes_back(
+    confdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="multusd.config.manager")
     auto = confdir / "net.d"
     auto.mkdir()
     write_json(auto / "10-a.conf", MYCNI)
     config, raw = daemon_config(auto)
     async with watching(ConfigManager(config, raw, settings=FAST)):
         shutil.rmtree(auto)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: "re-arming the watch" in caplog.text)  # the loss was seen
         auto.mkdir()
         write_json(auto / "10-a.conf", MYCNI)
         await eventually(lambda: read(auto / "00-multus.conf") == expected(auto / "10-a.conf"))
@@ -433,7 +462,9 @@ async def test_the_watch_task_cancels_promptly(confdir: Path) -> None:
         await manager.wait_for_primary()
         await manager.write_config()
         task = asyncio.create_task(manager.watch())
-        await asyncio.sleep(0.2)
+        from tests.waits import until_watched
+
+        await until_watched(confdir)  # cancelled while it watches, not before it started
         task.cancel()
         async with asyncio.timeout(2):
             with pytest.raises(asyncio.CancelledError):

@@ -1,13 +1,16 @@
 """The readiness indicator against real files, real inotify watches and real directory churn.
 
 Intervals are shortened (50 ms polls, 0.4 s grace) so the suite stays fast; timeouts around
-the awaited results are generous and only guard against hangs. "Still running" checks wait
-well past the grace window, which is the only way to observe that nothing happened.
+the awaited results are generous and only guard against hangs. A test waits for what it can
+see: the watcher's inotify watch armed (``/proc``), its log lines (the file gone, the file
+back). "Still running" checks after a change that leaves no gap to see wait well past the grace
+window, which is the only way to observe that nothing happened.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -23,9 +26,10 @@ from multusd.config.readiness import (
     watch_until_removed,
 )
 from multusd.errors import EXIT_CONFIG, StartupError
+from tests.waits import eventually, until_watched
 
 GRACE = 0.4
-ARM = 0.15  # time for a fresh watcher to arm its inotify watch
+POLLS = 0.15  # a few polls of a watcher that has no directory to watch: nothing shows them
 SETTINGS = ReadinessSettings(poll_interval=0.05, startup_timeout=10.0, rotation_grace=GRACE)
 HANG_GUARD = 10.0
 
@@ -43,9 +47,24 @@ def inotify_fds() -> int:
 
 
 async def wait_inotify_at_most(limit: int) -> None:
-    async with asyncio.timeout(HANG_GUARD):
-        while inotify_fds() > limit:
-            await asyncio.sleep(0.02)
+    await eventually(lambda: inotify_fds() <= limit, HANG_GUARD)
+
+
+@pytest.fixture
+def watcher_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The watcher's log, read by the tests for what it saw (the file gone, the file back)."""
+    caplog.set_level(logging.INFO, logger="multusd.config.readiness")
+    return caplog
+
+
+async def until_seen(watcher_log: pytest.LogCaptureFixture, what: str, times: int = 1) -> None:
+    """Wait until the watcher has logged ``what`` ``times`` times: ``GONE`` (it saw the file
+    missing and started the grace), ``BACK`` (it saw it back within the grace: a rotation)."""
+    await eventually(lambda: watcher_log.text.count(what) >= times, HANG_GUARD)
+
+
+GONE = "is gone; waiting"
+BACK = "is back (rotated)"
 
 
 def write(path: Path, text: str = "ready\n") -> None:
@@ -63,9 +82,9 @@ def ready_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def watcher(ready_file: Path) -> AsyncIterator[asyncio.Task[str]]:
-    """A running ``watch_until_removed`` on ``ready_file``, given time to arm its watch."""
+    """A running ``watch_until_removed`` on ``ready_file``, its watch armed."""
     task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS))
-    await asyncio.sleep(ARM)
+    await until_watched(ready_file.parent)
     assert not task.done()
     yield task
     if not task.done():
@@ -75,7 +94,9 @@ async def watcher(ready_file: Path) -> AsyncIterator[asyncio.Task[str]]:
 
 
 async def assert_still_running(task: asyncio.Task[str]) -> None:
-    await asyncio.sleep(GRACE + 0.2)  # past the grace window that the loss opened
+    """After a change that shows no gap: nothing to wait for, as nothing happens. Past the
+    grace window a loss would have opened, the watcher still runs."""
+    await asyncio.sleep(GRACE + 0.2)
     assert not task.done(), task.result()
 
 
@@ -93,7 +114,7 @@ async def test_wait_returns_at_once_when_the_file_exists(ready_file: Path) -> No
 async def test_wait_returns_when_the_file_appears_later(tmp_path: Path) -> None:
     path = tmp_path / "ready"
     waiter = asyncio.create_task(wait_for_file(str(path), SETTINGS))
-    await asyncio.sleep(ARM)
+    await until_watched(tmp_path)
     assert not waiter.done()
     write(path)
     await asyncio.wait_for(waiter, HANG_GUARD)
@@ -102,9 +123,9 @@ async def test_wait_returns_when_the_file_appears_later(tmp_path: Path) -> None:
 async def test_wait_returns_when_the_directory_and_file_appear_later(tmp_path: Path) -> None:
     path = tmp_path / "not-yet" / "deeper" / "ready"
     waiter = asyncio.create_task(wait_for_file(str(path), SETTINGS))
-    await asyncio.sleep(ARM)
+    await asyncio.sleep(POLLS)  # it polls for the directory, which shows nowhere
     path.parent.mkdir(parents=True)
-    await asyncio.sleep(ARM)  # the directory is watched now; the file comes later
+    await until_watched(path.parent)  # the directory is watched now; the file comes later
     assert not waiter.done()
     write(path)
     await asyncio.wait_for(waiter, HANG_GUARD)
@@ -132,7 +153,7 @@ async def test_per_request_stat_polls_until_the_file_returns(tmp_path: Path) -> 
     """``benchmarkReadinessStat``: a request stalls while the file is missing (the seed)."""
     path = tmp_path / "ready"
     waiter = asyncio.create_task(stat_per_request(str(path), SETTINGS))
-    await asyncio.sleep(ARM)
+    await asyncio.sleep(POLLS)  # it stats every 50 ms and shows it nowhere: a few polls
     assert not waiter.done()
     write(path)
     await asyncio.wait_for(waiter, HANG_GUARD)
@@ -194,7 +215,7 @@ async def test_missing_at_start_is_reported_after_the_grace(ready_file: Path) ->
 async def test_returning_stops_the_watcher(ready_file: Path) -> None:
     baseline = inotify_fds()
     task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS))
-    await asyncio.sleep(ARM)
+    await until_watched(ready_file.parent)
     assert inotify_fds() == baseline + 1
     ready_file.unlink()
     await result_of(task)
@@ -205,13 +226,14 @@ async def test_returning_stops_the_watcher(ready_file: Path) -> None:
 
 
 async def test_delete_and_recreate_within_the_grace_is_a_rotation(
-    ready_file: Path, watcher: asyncio.Task[str]
+    ready_file: Path, watcher: asyncio.Task[str], watcher_log: pytest.LogCaptureFixture
 ) -> None:
     for n in range(2):
         ready_file.unlink()
-        await asyncio.sleep(GRACE / 4)
+        await until_seen(watcher_log, GONE, n + 1)  # the gap was seen: the grace runs
         write(ready_file, f"rotated {n}\n")
-        await assert_still_running(watcher)
+        await until_seen(watcher_log, BACK, n + 1)  # and the file back within it
+        assert not watcher.done(), watcher.result()
     # Still watching after the rotations: a real removal is reported.
     ready_file.unlink()
     assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
@@ -224,30 +246,31 @@ async def test_atomic_replace_by_rename_over_is_a_rotation(
         tmp = ready_file.with_name(f".ready.{n}.tmp")
         write(tmp, f"v{n}\n")
         os.replace(tmp, ready_file)
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the writer's pace: one replace per batch of events (a model)
     await assert_still_running(watcher)
     ready_file.unlink()
     assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
 
 
 async def test_directory_recreated_with_the_file_within_the_grace_is_a_rotation(
-    ready_file: Path, watcher: asyncio.Task[str]
+    ready_file: Path, watcher: asyncio.Task[str], watcher_log: pytest.LogCaptureFixture
 ) -> None:
     shutil.rmtree(ready_file.parent)
-    await asyncio.sleep(GRACE / 4)
+    await until_seen(watcher_log, GONE)
     ready_file.parent.mkdir()
     write(ready_file)
-    await assert_still_running(watcher)
+    await until_seen(watcher_log, BACK)
+    assert not watcher.done(), watcher.result()
     # The watch was re-armed on the new directory: removal is still seen.
     ready_file.unlink()
     assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
 
 
 async def test_directory_recreated_without_the_file_is_reported(
-    ready_file: Path, watcher: asyncio.Task[str]
+    ready_file: Path, watcher: asyncio.Task[str], watcher_log: pytest.LogCaptureFixture
 ) -> None:
     shutil.rmtree(ready_file.parent)
-    await asyncio.sleep(GRACE / 4)
+    await until_seen(watcher_log, GONE)
     ready_file.parent.mkdir()
     assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
 
@@ -276,7 +299,7 @@ async def test_polling_backend_sees_rotation_and_removal(
     monkeypatch.setenv("WATCHFILES_POLL_DELAY_MS", "50")
     task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS))
     try:
-        await asyncio.sleep(ARM)
+        await asyncio.sleep(POLLS)  # its first snapshot of the directory shows nowhere
         tmp = ready_file.with_name(".ready.tmp")
         write(tmp, "replaced\n")
         os.replace(tmp, ready_file)
@@ -291,16 +314,19 @@ async def test_polling_backend_sees_rotation_and_removal(
 
 
 @pytest.mark.parametrize("phase", ["watching", "in-grace", "directory-missing"])
-async def test_cancellation_stops_everything(ready_file: Path, phase: str) -> None:
+async def test_cancellation_stops_everything(
+    ready_file: Path, phase: str, watcher_log: pytest.LogCaptureFixture
+) -> None:
     baseline = inotify_fds()
     settings = ReadinessSettings(poll_interval=0.05, startup_timeout=10.0, rotation_grace=60.0)
     task = asyncio.create_task(watch_until_removed(str(ready_file), settings))
-    await asyncio.sleep(ARM)
+    await until_watched(ready_file.parent)
     if phase == "in-grace":
         ready_file.unlink()
     elif phase == "directory-missing":
         shutil.rmtree(ready_file.parent)
-    await asyncio.sleep(ARM)
+    if phase != "watching":
+        await until_seen(watcher_log, GONE)  # in the grace: watching (or polling) for the return
     assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -312,7 +338,7 @@ async def test_cancellation_stops_everything(ready_file: Path, phase: str) -> No
 async def test_cancelling_the_startup_wait_stops_everything(tmp_path: Path) -> None:
     baseline = inotify_fds()
     task = asyncio.create_task(wait_for_file(str(tmp_path / "never"), SETTINGS))
-    await asyncio.sleep(ARM)
+    await until_watched(tmp_path)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, HANG_GUARD)

@@ -27,6 +27,7 @@ from multusd.k8s.pods import PodLookup
 from multusd.k8s.store import Store
 from multusd.kubesim import ErrorRule, KubeSim, LatencyRule, Settings
 from tests.kubeapi import pod as _pod
+from tests.waits import eventually
 
 SIM_SETTINGS = Settings(bookmark_interval=5.0)
 PODS = "/api/v1/namespaces/default/pods"
@@ -75,7 +76,7 @@ async def test_a_server_that_slows_down_and_recovers_sees_no_burst_above_the_buc
     sim.faults.latency.append(LatencyRule(seconds=1.5))
 
     async def recover() -> None:
-        await asyncio.sleep(3.0)
+        await asyncio.sleep(3.0)  # how long the server stays slow: the scenario, not a wait
         sim.faults.latency.clear()
 
     async with await _client(sim, short_tmp, qps=qps, burst=burst) as client:
@@ -102,9 +103,7 @@ async def test_the_status_patch_is_served_before_queued_events(
         async with recorder.running(drain=10):
             for i in range(3):
                 recorder.record(pod, "Normal", "AddedInterface", f"Add net{i} []")
-            async with asyncio.timeout(10):
-                while client.bucket.statistics().waiting_background == 0:
-                    await asyncio.sleep(0.01)
+            await eventually(lambda: client.bucket.statistics().waiting_background > 0)
             assert await lookup.set_network_status("default", "web", "[]")
             await asyncio.wait_for(recorder.wait_idle(), 20)
     order = [r.verb for r in sim.stats.requests() if r.verb in ("create", "patch")]

@@ -26,6 +26,7 @@ from multusd.k8s.errors import (
     is_transient,
 )
 from multusd.kubesim import ErrorRule, KubeSim, LatencyRule, Settings
+from tests.waits import eventually
 
 SIM_SETTINGS = Settings(bookmark_interval=0.3)
 PODS = "/api/v1/namespaces/default/pods"
@@ -250,7 +251,7 @@ async def test_watch_http_errors_and_clean_end(sim: KubeSim, client: KubeClient)
         assert [e async for e in events if e["type"] != "BOOKMARK"] == []
     # The server resets the connection mid-stream: a transport error, worth retrying.
     async with asyncio.timeout(10), client.watch(PODS, {}) as events:
-        await asyncio.sleep(0.1)
+        await eventually(lambda: sim.stats.open_watches == 1)  # the server has it, to reset
         sim.drop_watches("reset")
         with pytest.raises(TransportError):
             async for _ in events:

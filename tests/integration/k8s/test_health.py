@@ -4,19 +4,12 @@ request, and be healthy again once the watches are back."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 from multusd.k8s.client import ClientSettings, load_cluster_config
 from multusd.k8s.cluster import Cluster, running_cluster
 from multusd.kubesim import KubeSim, Settings
-
-
-async def _until(check: Callable[[], bool], timeout: float = 60) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.05)
+from tests.waits import eventually
 
 
 def _all_watching(cluster: Cluster) -> bool:
@@ -34,7 +27,7 @@ async def test_health_follows_the_api_server_down_and_back(short_tmp: Path) -> N
             changes: list[int] = []
             cluster.client.contacts.on_change = lambda: changes.append(1)
             assert await cluster.wait_synced(30)
-            await _until(lambda: _all_watching(cluster))
+            await eventually(lambda: _all_watching(cluster), 60)
             health = cluster.health()
             assert health.synced and health.problems() == []
             assert [c.name for c in health.caches] == ["pods", "network-attachment-definitions"]
@@ -45,7 +38,7 @@ async def test_health_follows_the_api_server_down_and_back(short_tmp: Path) -> N
             assert sim.stats.count() == requests  # the view costs no request
 
             await sim.stop()
-            await _until(lambda: len(cluster.health().problems()) == 2)
+            await eventually(lambda: len(cluster.health().problems()) == 2, 60)
             health = cluster.health()
             assert health.synced  # the caches still serve what they have
             assert not any(c.watching for c in health.caches)
@@ -56,7 +49,7 @@ async def test_health_follows_the_api_server_down_and_back(short_tmp: Path) -> N
             changes.clear()
 
             await sim.start()  # same port, same objects and versions
-            await _until(lambda: _all_watching(cluster))
+            await eventually(lambda: _all_watching(cluster), 60)
             assert cluster.health().problems() == []
             assert changes
     assert failures == []

@@ -27,6 +27,7 @@ from multusd.k8s.kubeconfig import ClusterConfig
 from multusd.k8s.reflector import Reflector, ReflectorSettings
 from multusd.k8s.store import Store, trim_pod
 from multusd.kubesim import ErrorRule, KubeSim, Settings
+from tests.waits import eventually
 
 
 def _load_reflector_suite() -> ModuleType:
@@ -143,11 +144,24 @@ async def test_protobuf_store_equals_the_json_store(
         assert pb_store.items() and sorted(pb_store.items(), key=str) == sorted(
             json_store.items(), key=str
         )
+        bookmarks = pb.statistics().bookmarks, js.statistics().bookmarks
         for i in range(10):
             sim.patch("pods", "default", f"p{i}", {"metadata": {"annotations": {"n": str(i)}}})
             sim.create(pod(f"late{i}"))
         sim.delete("pods", "default", "p3")
-        await asyncio.sleep(0.5)  # a bookmark every 0.3 s
+
+        def watched(reflector: Reflector, store: Store, before: int) -> bool:
+            """The live events came in by the watch, and a bookmark since they were made (one
+            every 0.3 s)."""
+            return (
+                store.get("default", "late9") is not None
+                and store.get("default", "p3") is None
+                and reflector.statistics().bookmarks > before
+            )
+
+        await eventually(
+            lambda: watched(pb, pb_store, bookmarks[0]) and watched(js, json_store, bookmarks[1])
+        )
         sim.compact()
         sim.expire_next_watches(2)
         sim.drop_watches()

@@ -31,6 +31,7 @@ from multusd.k8s.reflector import (
 )
 from multusd.k8s.store import Store, key_of, resource_version_of, trim_nad, trim_pod
 from multusd.kubesim import ErrorRule, KubeSim, Settings
+from tests.waits import eventually
 
 PODS = "/api/v1/pods"
 NADS = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
@@ -144,12 +145,6 @@ async def churn(
         await asyncio.sleep(pause)
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 async def synced(store: Store, timeout: float = 10.0) -> None:
     """Wait (bounded) for the reflector's first list to fill ``store``."""
     async with asyncio.timeout(timeout):
@@ -212,7 +207,7 @@ async def test_wait_for_object_created_later(sim: KubeSim, client: KubeClient) -
         await synced(store)
         loop = asyncio.get_running_loop()
         waiter = asyncio.create_task(store.wait_for("default", "late", loop.time() + 10))
-        await asyncio.sleep(0.1)
+        await eventually(lambda: store.statistics().waiters == 1)  # it waits for "late"
         assert not waiter.done()
         sim.create(pod("late"))
         found = await waiter
@@ -292,7 +287,7 @@ async def test_expired_continue_token_restarts_the_list(sim: KubeSim, client: Ku
     async with running(reflector):
         # The second page's request has arrived (and sleeps in the latency rule): the first
         # page's version is fixed, so a write plus a compaction expires its token.
-        await wait_until(lambda: sim.stats.count("list", "pods") >= 2)
+        await eventually(lambda: sim.stats.count("list", "pods") >= 2)
         sim.create(pod("during-list"))
         sim.compact()
         await synced(store, 15)
@@ -368,7 +363,7 @@ async def test_compacted_history_410_in_stream(sim: KubeSim, client: KubeClient)
         await churn(sim, "k", count=10)
         sim.compact()
         sim.drop_watches("reset")  # still stalled: the queued events are not sent
-        await wait_until(lambda: reflector.statistics().relists_410 >= 1)
+        await eventually(lambda: reflector.statistics().relists_410 >= 1)
         sim.faults.set_stall(False)
         await churn(sim, "k2", count=10)
         await converged(sim, store)
@@ -393,7 +388,7 @@ async def test_natural_410_once_the_watch_cache_moved_on(sim: KubeSim, client: K
             sim.patch("pods", "default", "busy", {"metadata": {"annotations": {"n": str(i)}}})
         assert sim.store.history_size(pods) == limit  # bounded, whatever the churn
         sim.drop_watches("reset")  # still stalled: the queued changes are never sent
-        await wait_until(lambda: reflector.statistics().relists_410 >= 1)
+        await eventually(lambda: reflector.statistics().relists_410 >= 1)
         sim.faults.set_stall(False)
         await churn(sim, "after", count=10)
         await converged(sim, store)
@@ -453,7 +448,7 @@ async def test_stalled_stream_restarted_by_the_watchdog(sim: KubeSim, client: Ku
         await converged(sim, store)
         sim.faults.set_stall(True)  # open streams go silent: no events, no bookmarks
         await churn(sim, "stalled", count=20)
-        await wait_until(lambda: reflector.statistics().inactivity_timeouts >= 2)
+        await eventually(lambda: reflector.statistics().inactivity_timeouts >= 2)
         sim.faults.set_stall(False)
         await churn(sim, "after", count=10)
         await converged(sim, store)
@@ -468,6 +463,7 @@ async def test_no_busy_loop_when_the_api_keeps_failing(sim: KubeSim, client: Kub
     settings = ReflectorSettings(backoff=(0.1, 1.0))
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
+        # Nothing to wait for: a busy loop shows only as many requests in a while.
         await asyncio.sleep(1.0)
     requests = sim.stats.count(resource="pods")
     # Expected about 5 (delays drawn from [0, 0.1], [0, 0.2], [0, 0.4], [0, 0.8], ...); a loop
@@ -486,6 +482,8 @@ async def test_short_watches_are_backed_off(sim: KubeSim, client: KubeClient) ->
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
         await synced(store)
+        # Nothing to wait for: a spin shows only as many watches in a while (a second of
+        # every watch being ended as soon as it starts).
         deadline = asyncio.get_running_loop().time() + 1.0
         while asyncio.get_running_loop().time() < deadline:
             sim.drop_watches("eof")
@@ -504,13 +502,13 @@ async def test_cancellation_is_prompt_everywhere(sim: KubeSim, client: KubeClien
     sim.faults.errors.append(ErrorRule(500, resource="pods"))
     reflector = pod_reflector(client, Store(), settings=ReflectorSettings(backoff=(30.0, 30.0)))
     async with running(reflector):  # backing off for up to 30 s
-        await wait_until(lambda: reflector.statistics().errors >= 1)
+        await eventually(lambda: reflector.statistics().errors >= 1)
     sim.faults.errors.clear()
     sim.faults.latency.append(LatencyRule(30.0, verb="list"))
     sim.stats.reset()
     reflector = pod_reflector(client, Store())
     async with running(reflector):  # list in flight for 30 s
-        await wait_until(lambda: sim.stats.count("list", "pods") >= 1)
+        await eventually(lambda: sim.stats.count("list", "pods") >= 1)
     assert client.statistics().watches_open == 0
 
 
@@ -566,7 +564,7 @@ async def test_restore_to_an_older_version_relists_from_scratch(
         seed(sim, 10)
         assert sim.store.resource_version < int(seen)
         # Bounded wait on the cache itself: every pod with the UID the server now has.
-        await wait_until(lambda: cached_uids(store) == sim_uids(sim))
+        await eventually(lambda: cached_uids(store) == sim_uids(sim))
         assert not set(cached_uids(store).values()) & set(stale.values())
         await converged(sim, store)
         sim.create(pod("after-restore"))  # and it follows the new history
@@ -606,7 +604,7 @@ async def test_a_relist_that_fails_is_backed_off(
         sim.faults.errors.append(ErrorRule(500, verb=verb, resource="pods", count=4))
         sim.restore(backup)
         seed(sim, 6)
-        await wait_until(lambda: cached_uids(store) == sim_uids(sim))
+        await eventually(lambda: cached_uids(store) == sim_uids(sim))
         await converged(sim, store)
     stats = reflector.statistics()
     assert stats.errors - errors >= 4
@@ -718,7 +716,7 @@ async def test_a_stalled_streaming_list_is_restarted(sim: KubeSim, client: KubeC
     settings = dataclasses.replace(STREAM, inactivity_timeout=0.5)
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
-        await wait_until(lambda: reflector.statistics().inactivity_timeouts >= 1)
+        await eventually(lambda: reflector.statistics().inactivity_timeouts >= 1)
         assert not store.synced.is_set() and len(store) == 0  # nothing half-listed kept
         sim.faults.set_stall(False)
         await synced(store)
@@ -746,7 +744,7 @@ async def test_relist_keeps_the_objects_that_did_not_change(
         sim.expire_next_watches(1)
         sim.drop_watches("reset")
         sim.faults.set_stall(False)
-        await wait_until(lambda: reflector.statistics().lists == 2)
+        await eventually(lambda: reflector.statistics().lists == 2)
         await converged(sim, store)
     after = {key_of(o): o for o in store.items()}
     assert after["default/seed-0"] is not before["default/seed-0"]

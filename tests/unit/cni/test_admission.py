@@ -15,6 +15,7 @@ from multusd.cni.admission import (
     MiB,
     find_memory_cgroup,
 )
+from tests.waits import eventually
 
 V1_UNLIMITED = "9223372036854771712"
 
@@ -204,7 +205,7 @@ async def test_each_running_plugin_counts_until_it_finishes(tmp_path: Path) -> N
             order.append(f"end {name}")
 
     tasks = [asyncio.create_task(plugin(str(i))) for i in range(5)]
-    await asyncio.sleep(0.1)
+    await eventually(lambda: admission.running == 3 and admission.queued == 2)
     assert order == ["start 0", "start 1", "start 2"] and admission.running == 3
     release.set()
     await asyncio.gather(*tasks)
@@ -224,8 +225,7 @@ async def test_the_queue_is_fifo(tmp_path: Path) -> None:
     tasks = []
     for number in range(6):
         tasks.append(asyncio.create_task(plugin(number)))
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.05)
+        await eventually(lambda: admission.queued == len(tasks))  # in line, in this order
     assert order == []
     _set_usage(cgroup, 10 * MiB)  # room again: found on the head's next look
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
@@ -238,7 +238,7 @@ async def test_the_reserve_stays_free_of_plugins(tmp_path: Path) -> None:
     admission = MemoryAdmission(memory, estimate=4 * MiB, reserve=8 * MiB, poll_interval=0.01)
     async with admission.admitted(None):  # 4 + 8 <= 13
         task = asyncio.create_task(admission.admitted(None).__aenter__())
-        await asyncio.sleep(0.05)
+        await eventually(lambda: admission.queued == 1)
         assert not task.done()  # 2 x 4 + 8 > 13
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -270,8 +270,7 @@ async def test_dels_queue_ahead_of_adds(tmp_path: Path) -> None:
     for name, urgent in (("add1", False), ("add2", False), ("del1", True), ("add3", False),
                          ("del2", True)):  # fmt: skip
         tasks.append(asyncio.create_task(plugin(name, urgent)))
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.03)
+        await eventually(lambda: admission.queued == len(tasks))  # in line, in this order
     assert order == [] and admission.queued == 5
     _set_usage(cgroup, 10 * MiB)
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
@@ -281,7 +280,7 @@ async def test_dels_queue_ahead_of_adds(tmp_path: Path) -> None:
 async def test_a_del_with_room_passes_queued_adds_at_once(tmp_path: Path) -> None:
     admission, cgroup = _admission(tmp_path, usage=48 * MiB)
     add = asyncio.create_task(admission.admitted(None).__aenter__())
-    await asyncio.sleep(0.02)
+    await eventually(lambda: admission.queued == 1)
     _set_usage(cgroup, 45 * MiB)  # room for one: the DEL arrives before the ADD's next look
     async with asyncio.timeout(5), admission.admitted(None, urgent=True):
         assert admission.queued == 1
@@ -314,7 +313,7 @@ async def test_a_waiter_behind_the_head_gets_its_deadline_too(tmp_path: Path) ->
     admission, _ = _admission(tmp_path, usage=48 * MiB)
     loop = asyncio.get_running_loop()
     head = asyncio.create_task(admission.admitted(loop.time() + 5).__aenter__())
-    await asyncio.sleep(0.02)
+    await eventually(lambda: admission.queued == 1)
     with pytest.raises(CNIError) as caught:
         async with admission.admitted(loop.time() + 0.05):
             pass
@@ -329,7 +328,7 @@ async def test_a_cancelled_head_hands_its_turn_on(tmp_path: Path) -> None:
     next one takes the head at once."""
     admission, cgroup = _admission(tmp_path, usage=48 * MiB)
     first = asyncio.create_task(admission.admitted(None).__aenter__())
-    await asyncio.sleep(0.02)
+    await eventually(lambda: admission.queued == 1)
     done = asyncio.Event()
 
     async def second() -> None:
@@ -337,7 +336,7 @@ async def test_a_cancelled_head_hands_its_turn_on(tmp_path: Path) -> None:
             done.set()
 
     task = asyncio.create_task(second())
-    await asyncio.sleep(0.02)
+    await eventually(lambda: admission.queued == 2)
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
@@ -359,12 +358,12 @@ async def test_a_finishing_plugin_wakes_the_head_without_waiting_for_the_timer(
             await hold.wait()
 
     first = asyncio.create_task(running())
-    await asyncio.sleep(0.01)
+    await eventually(lambda: admission.running == 1)
     second = asyncio.create_task(running())
-    await asyncio.sleep(0.01)
+    await eventually(lambda: admission.queued == 1)
     held = admission.admitted(None)  # kept: a dropped one would be finalized, and release
     third = asyncio.create_task(held.__aenter__())
-    await asyncio.sleep(0.01)
+    await eventually(lambda: admission.queued == 2)
     assert admission.running == 1 and not second.done()  # 6 MiB < 4 x 2: second waits
     hold.set()
     await asyncio.wait_for(asyncio.gather(first, second), 5)

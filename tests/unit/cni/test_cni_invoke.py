@@ -15,6 +15,7 @@ import pytest
 from cni_shim.errors import CNIError
 from multusd.cni import invoke
 from multusd.cni.invoke import LibcniError, SubprocessExecutor, find_plugin
+from tests.waits import eventually
 
 MakePlugin = Callable[[str, str], str]  # the conftest fixture
 
@@ -27,9 +28,8 @@ def _gone(pid: int) -> bool:
 
 
 async def _wait_for_file(path: Path) -> str:
-    async with asyncio.timeout(10):
-        while not path.exists() or not path.read_text():
-            await asyncio.sleep(0.01)
+    """What a plugin wrote to ``path``, once it has (created empty first, then written)."""
+    await eventually(lambda: path.exists() and path.read_text() != "", 10)
     return path.read_text()
 
 
@@ -144,7 +144,10 @@ async def test_successful_stderr_is_logged_at_debug(
 
 HANG = """
 import os, signal, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # make the executor escalate to SIGKILL
+def noted(signum, frame):  # not obeyed, so the executor escalates to SIGKILL; but noted
+    with open(sys.argv[0] + ".term", "w") as f:
+        f.write("SIGTERM")
+signal.signal(signal.SIGTERM, noted)
 with open(sys.argv[0] + ".pid", "w") as f:
     f.write(str(os.getpid()))
 while True:
@@ -180,7 +183,7 @@ async def test_cancellation_during_reap_still_reaps(make_plugin: MakePlugin) -> 
     task = asyncio.create_task(executor.execute(path, b"{}", ENV, timeout=None))
     pid = int(await _wait_for_file(Path(path + ".pid")))
     task.cancel()
-    await asyncio.sleep(0.1)  # now inside the SIGTERM grace period
+    await _wait_for_file(Path(path + ".term"))  # now inside the SIGTERM grace period
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -9,6 +9,7 @@ import pytest
 
 from cni_shim.errors import CNIError
 from multusd.server.concurrency import ContainerQueue, RequestGate
+from tests.waits import eventually
 
 FAR = 1e12  # a deadline that never passes
 
@@ -113,10 +114,10 @@ async def test_a_del_supersedes_the_adds_before_it_after_they_unwind() -> None:
             raise
 
     add = asyncio.create_task(queue.run("k", hung_add, deadline=FAR, supersedable=True))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: order == ["add+"])
     retry = asyncio.create_task(queue.run("k", hung_add, deadline=FAR, supersedable=True))
     other = asyncio.create_task(queue.run("k", asyncio.Event().wait, deadline=FAR))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: queue.pending == 3)  # both queued behind the running ADD
 
     async def delete() -> str:
         order.append("del")
@@ -128,6 +129,7 @@ async def test_a_del_supersedes_the_adds_before_it_after_they_unwind() -> None:
             await task
         assert info.value.code == 999
         assert info.value.msg == "superseded by a DEL of the same container"
+    # Nothing to wait for: that the DEL does not run shows only as time passing.
     await asyncio.sleep(0.05)
     assert not deleted.done(), "a request that is not supersedable keeps its turn"
     other.cancel()
@@ -168,20 +170,22 @@ async def test_deadlines_bound_the_wait_and_the_work() -> None:
 
 async def test_cancelling_the_caller_cancels_the_work_and_waits_for_it() -> None:
     queue = ContainerQueue(16, 1024)
-    unwound = asyncio.Event()
+    started, unwinding, unwound = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def work() -> None:
+        started.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
-            await asyncio.sleep(0.05)
+            unwinding.set()
+            await asyncio.sleep(0.05)  # killing plugins, rolling back
             unwound.set()
             raise
 
     caller = asyncio.create_task(queue.run("k", work, deadline=FAR))
-    await asyncio.sleep(0.01)
+    await started.wait()
     caller.cancel()
-    await asyncio.sleep(0.01)
+    await unwinding.wait()
     caller.cancel()  # a second cancellation does not cut the unwinding short
     with pytest.raises(asyncio.CancelledError):
         await caller
@@ -277,13 +281,17 @@ async def test_a_superseding_del_inherits_the_slot_of_the_add_it_cancels() -> No
     # the first must get its slot, not the waiting ADD (which would hang in its turn).
     gate = RequestGate(2)
     queue = ContainerQueue(16, 1024, gate)
-    hang = asyncio.Event().wait
+    running: list[int] = []
+
+    async def hang() -> None:
+        running.append(1)
+        await asyncio.Event().wait()
+
     first = asyncio.create_task(queue.run("a", hang, deadline=FAR, supersedable=True))
     second = asyncio.create_task(queue.run("b", hang, deadline=FAR, supersedable=True))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: len(running) == 2)  # both slots held
     third = asyncio.create_task(queue.run("c", hang, deadline=FAR, supersedable=True))
-    await asyncio.sleep(0.01)
-    assert gate.waiting == 1
+    await eventually(lambda: gate.waiting == 1)  # the third waits for a slot
     third_waited = []
 
     async def delete() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from multusd.server.intake import Intake, IntakeLimits, read_hint
+from tests.waits import eventually
 
 
 def _request(command: str = "ADD", container: str = "c1", path: str = "/cni") -> bytes:
@@ -40,11 +41,13 @@ class Rig:
         return [sock.recv(4096, socket.MSG_PEEK) for sock, _ in self.served]
 
     async def settle(self, served: int, waiting: int | None = None) -> None:
-        async with asyncio.timeout(10):
-            while len(self.served) < served or (
-                waiting is not None and self.intake.waiting != waiting
-            ):
-                await asyncio.sleep(0.005)
+        await eventually(
+            lambda: (
+                len(self.served) >= served and (waiting is None or self.intake.waiting == waiting)
+            ),
+            10,
+            interval=0.005,
+        )
 
 
 def _answer(client: socket.socket) -> tuple[bytes, dict[str, object]]:

@@ -1,0 +1,66 @@
+"""Waiting in tests for something to happen, instead of sleeping until it probably has.
+
+A fixed sleep says "by now the watch is armed, the plugin runs, the line is written", which a
+loaded machine (two cores shared by several test sessions) makes false now and then; a wait on
+the condition itself ends as soon as it holds and lasts as long as it must. Every timeout here
+only keeps a broken test from hanging.
+
+Some conditions are seen only in ``/proc``: that a process has armed an inotify watch on a
+directory (watchfiles gives no sign of it) is read from the watch list the kernel keeps for
+each inotify descriptor (``/proc/<pid>/fdinfo/<fd>``). That works for this process and, as
+root, for a daemon running as a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]], timeout: float = 30, interval: float = 0.02
+) -> None:
+    """Poll ``check`` (a function, or a coroutine function) until it holds; the timeout only
+    keeps a broken test from hanging."""
+    async with asyncio.timeout(timeout):
+        while True:
+            held = check()
+            if inspect.isawaitable(held):
+                held = await held
+            if held:
+                return
+            await asyncio.sleep(interval)
+
+
+def _kernel_dev(st_dev: int) -> int:
+    """``st_dev`` as the kernel prints a superblock's device in fdinfo (``sdev:``): its
+    internal encoding, major in the bits above 20, not the one ``stat`` returns."""
+    return (os.major(st_dev) << 20) | os.minor(st_dev)
+
+
+def inotify_watches(path: str | Path, pid: int | str = "self") -> int:
+    """How many inotify watches process ``pid`` holds on ``path`` (the inode it names now)."""
+    st = os.stat(path)
+    wanted = f" ino:{st.st_ino:x} sdev:{_kernel_dev(st.st_dev):x} "
+    count = 0
+    fds = f"/proc/{pid}/fd"
+    for fd in os.listdir(fds):
+        try:
+            if os.readlink(f"{fds}/{fd}") != "anon_inode:inotify":
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+        except OSError:
+            continue  # closed while we looked
+        count += sum(
+            1 for line in info.splitlines() if line.startswith("inotify ") and wanted in line
+        )
+    return count
+
+
+async def until_watched(path: str | Path, pid: int | str = "self", timeout: float = 30) -> None:
+    """Wait until process ``pid`` has an inotify watch armed on the directory ``path``: from
+    then on a change there reaches the watcher (the kernel queues the events)."""
+    await eventually(lambda: inotify_watches(path, pid) > 0, timeout)
