@@ -118,7 +118,7 @@ async def test_generates_from_the_delegated_config(confdir: Path) -> None:
 async def test_waits_for_a_primary_created_later(
     confdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="multusd.config.manager")
+    caplog.set_level(logging.INFO, logger="multusd.config")
     config, raw = daemon_config(confdir)
 
     async def install_later() -> None:
@@ -135,7 +135,7 @@ async def test_waits_for_a_primary_created_later(
 async def test_waits_for_a_directory_created_later(
     confdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="multusd.config.manager")
+    caplog.set_level(logging.INFO, logger="multusd.config")
     later = confdir / "later"
     config, raw = daemon_config(later)
 
@@ -389,7 +389,7 @@ async def test_a_primary_rewritten_within_the_grace_is_not_switched_away_from(
 async def test_survives_the_directory_disappearing_and_reappearing(
     confdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="multusd.config.manager")
+    caplog.set_level(logging.INFO, logger="multusd.config")
     auto = confdir / "auto"
     outdir = confdir / "out"
     auto.mkdir()
@@ -415,7 +415,7 @@ async def test_survives_the_directory_disappearing_and_reappearing(
 async def test_the_output_is_restored_when_the_shared_directory_comes_back(
     confdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="multusd.config.manager")
+    caplog.set_level(logging.INFO, logger="multusd.config")
     auto = confdir / "net.d"
     auto.mkdir()
     write_json(auto / "10-a.conf", MYCNI)
