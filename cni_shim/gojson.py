@@ -99,7 +99,16 @@ def loads(
         scanner = _json.make_scanner(context)  # type: ignore[arg-type]
     start = len(text) - len(text.lstrip(_WHITESPACE))
     try:
-        obj, end = scanner(text, start)
+        try:
+            obj, end = scanner(text, start)
+        except SystemError:
+            # CPython 3.11's C scanner raises its syntax errors as ``json.decoder``'s
+            # JSONDecodeError, which it finds in ``sys.modules`` only: with ``json`` never
+            # imported (the shim, under ``-I -S``) it fails with "returned NULL without
+            # setting an exception". Import it and scan again, on the error path only.
+            import json.decoder  # noqa: F401
+
+            obj, end = scanner(text, start)
     except StopIteration as stop:
         raise _decode_error("Expecting value", text, stop.value) from None
     tail = text[end:]

@@ -18,7 +18,8 @@ from typing import Any
 
 from cni_shim import errors, gojson, results, skel
 from cni_shim.errors import CNIError
-from multusd.cni import cache, gofmt
+from cni_shim.goquote import go_quote
+from multusd.cni import cache
 from multusd.cni.conf import NetworkConfig, NetworkConfigList, inject, plugin_stdin
 from multusd.cni.invoke import LibcniError, PluginExecutor, find_plugin, prefixed
 
@@ -55,9 +56,9 @@ class GCAttachment:
 
 def describe(plugin: NetworkConfig) -> str:
     """libcni ``pluginDescription``: ``type="bridge"`` plus ``name="..."`` when it has one."""
-    out = f"type={gofmt.quote(plugin.type)}"
+    out = f"type={go_quote(plugin.type)}"
     if plugin.name:
-        out += f" name={gofmt.quote(plugin.name)}"
+        out += f" name={go_quote(plugin.name)}"
     return out
 
 
@@ -181,9 +182,7 @@ class CNI:
         try:
             await cache.write_entry(self.cache_dir, entry)
         except CNIError as exc:
-            raise prefixed(
-                exc, f"failed to set network {gofmt.quote(name)} cached result: "
-            ) from exc
+            raise prefixed(exc, f"failed to set network {go_quote(name)} cached result: ") from exc
 
     async def cached_result(self, name: str, version: str, rt: RuntimeConf) -> Result | None:
         """The cached ADD result converted to ``version``; ``None`` if there is no cache file.
@@ -207,7 +206,7 @@ class CNI:
             return results.convert(result, version)
         except CNIError as exc:
             raise prefixed(
-                exc, f"failed to convert cached result to config version {gofmt.quote(version)}: "
+                exc, f"failed to convert cached result to config version {go_quote(version)}: "
             ) from exc
 
     async def _cached_result_or_error(
@@ -216,16 +215,14 @@ class CNI:
         try:
             return await self.cached_result(name, version, rt)
         except CNIError as exc:
-            raise prefixed(
-                exc, f"failed to get network {gofmt.quote(name)} cached result: "
-            ) from exc
+            raise prefixed(exc, f"failed to get network {go_quote(name)} cached result: ") from exc
 
     @staticmethod
     def _require_check(version: str) -> None:
         if not version_ge(version, "0.4.0"):
             raise LibcniError(
                 errors.INCOMPATIBLE_VERSION,
-                f"configuration version {gofmt.quote(version)} does not support the CHECK command",
+                f"configuration version {go_quote(version)} does not support the CHECK command",
             )
 
     # -- lists -------------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from cni_shim import errors, gojson, gojsonerr
-from multusd.cni import gofmt
+from cni_shim.gojsonerr import loads_any
+from cni_shim.goquote import go_quote
+from cni_shim.gosyscall import errno_text
 from multusd.cni.invoke import LibcniError
 from multusd.fsutil import atomic_write, remove_if_exists
 
@@ -51,8 +53,8 @@ def entry_path(cache_dir: str, network_name: str, container_id: str, ifname: str
         raise LibcniError(
             errors.INVALID_ENVIRONMENT,
             "cache file path requires network name "
-            f"({gofmt.quote(network_name)}), container ID ({gofmt.quote(container_id)}), "
-            f"and interface name ({gofmt.quote(ifname)})",
+            f"({go_quote(network_name)}), container ID ({go_quote(container_id)}), "
+            f"and interface name ({go_quote(ifname)})",
         )
     return str(Path(results_dir(cache_dir), f"{network_name}-{container_id}-{ifname}"))
 
@@ -131,7 +133,7 @@ def decode_entry(data: bytes) -> CacheEntry:
 
     The ``kind`` is *not* checked here: libcni and Multus differ on what a wrong kind means.
     """
-    obj = gofmt.loads(data)
+    obj = loads_any(data)
     if obj is None:
         obj = {}
     if not isinstance(obj, dict):
@@ -172,7 +174,7 @@ async def write_entry(cache_dir: str, entry: CacheEntry) -> str:
     try:
         await asyncio.to_thread(atomic_write, path, data, sync_dir=False)
     except OSError as exc:
-        text = f"{exc.filename or path}: {gofmt.errno_text(exc.errno)}"
+        text = f"{exc.filename or path}: {errno_text(exc.errno)}"
         raise LibcniError(errors.IO_FAILURE, f"open {text}") from exc
     return path
 
@@ -239,7 +241,7 @@ async def list_entries(cache_dir: str, container_id: str = "") -> list[CacheEntr
     try:
         return await asyncio.to_thread(_list_sync, cache_dir, container_id)
     except OSError as exc:
-        text = f"open {results_dir(cache_dir)}: {gofmt.errno_text(exc.errno)}"
+        text = f"open {results_dir(cache_dir)}: {errno_text(exc.errno)}"
         raise LibcniError(errors.IO_FAILURE, text) from exc
 
 
@@ -251,7 +253,7 @@ def _gather_sync(cache_dir: str) -> list[tuple[str, str]]:
         if data is None:
             continue
         try:
-            obj = gofmt.loads(data)
+            obj = loads_any(data)
             if not isinstance(obj, dict):
                 continue
             container_id = gojsonerr.string_field(obj, "containerId", "simpleCacheV1")
@@ -273,5 +275,5 @@ async def gather_valid_attachments(cache_dir: str) -> list[tuple[str, str]]:
     try:
         return await asyncio.to_thread(_gather_sync, cache_dir)
     except OSError as exc:
-        text = f"open {results_dir(cache_dir)}: {gofmt.errno_text(exc.errno)}"
+        text = f"open {results_dir(cache_dir)}: {errno_text(exc.errno)}"
         raise LibcniError(errors.IO_FAILURE, text) from exc

@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from cni_shim import errors, gojson, results
-from multusd.cni import gofmt
+from cni_shim.gofmt import type_name
+from cni_shim.gojsonerr import loads_any, loads_map
+from cni_shim.gojsonerr import type_name as json_type_name
+from cni_shim.goquote import go_quote
+from cni_shim.gosyscall import errno_text
 from multusd.cni.invoke import LibcniError, prefixed
 
 #: The spec version this engine implements (libcni ``version.Current()``).
@@ -57,7 +61,7 @@ def _invalid(msg: str) -> LibcniError:
 
 def _unmarshal_field_error(value: Any, field_path: str, go_type: str) -> ValueError:
     return ValueError(
-        f"json: cannot unmarshal {gofmt.json_type_name(value)} into Go struct field "
+        f"json: cannot unmarshal {json_type_name(value)} into Go struct field "
         f"PluginConf.{field_path} of type {go_type}"
     )
 
@@ -77,11 +81,10 @@ _PLUGIN_FIELDS = ("cniVersion", "name", "type", "capabilities", "ipam", "dns", "
 
 
 def _decode_plugin(raw: bytes) -> NetworkConfig:
-    obj = gofmt.loads(raw)
+    obj = loads_any(raw)
     if not isinstance(obj, dict):
         raise ValueError(
-            f"json: cannot unmarshal {gofmt.json_type_name(obj)} into Go value of type "
-            "types.PluginConf"
+            f"json: cannot unmarshal {json_type_name(obj)} into Go value of type types.PluginConf"
         )
     fields = _struct_fields(obj, _PLUGIN_FIELDS)
     for name in ("cniVersion", "name", "type"):
@@ -115,7 +118,7 @@ def conf_from_bytes(raw: bytes) -> NetworkConfig:
     try:
         conf = _decode_plugin(raw)
     except ValueError as exc:
-        raise _decoding_error(f"error parsing configuration: {gofmt.json_error_text(exc)}") from exc
+        raise _decoding_error(f"error parsing configuration: {exc!s}") from exc
     if not conf.type:
         raise _invalid("error parsing configuration: missing 'type'")
     return conf
@@ -137,9 +140,7 @@ def _pick_version(raw_list: Mapping[str, Any], cni_version: str) -> str:
     candidates: list[str] = []
     for index, item in enumerate(raw_versions):
         if not isinstance(item, str):
-            raise _list_error(
-                f"invalid type for cniVersions index {index}: {gofmt.type_name(item)}"
-            )
+            raise _list_error(f"invalid type for cniVersions index {index}: {type_name(item)}")
         try:
             newer = _version_gt(item, CURRENT_VERSION)
         except errors.CNIError as exc:
@@ -169,11 +170,11 @@ def _read_bool(raw_list: Mapping[str, Any], key: str) -> bool:
     if isinstance(value, bool):
         return value
     if not isinstance(value, str):
-        raise _list_error(f"invalid type {gofmt.type_name(value)} for {key}")
+        raise _list_error(f"invalid type {type_name(value)} for {key}")
     lowered = value.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
-    raise _list_error(f"invalid value {gofmt.quote(lowered)} for {key}")
+    raise _list_error(f"invalid value {go_quote(lowered)} for {key}")
 
 
 def conflist_from_bytes(raw: bytes) -> NetworkConfigList:
@@ -184,12 +185,12 @@ def conflist_from_bytes(raw: bytes) -> NetworkConfigList:
     then looks for ``<dir>/<name>/*.conf``), as upstream.
     """
     try:
-        raw_list = gofmt.loads_map(raw)
+        raw_list = loads_map(raw)
     except ValueError as exc:
-        raise _list_error(gofmt.json_error_text(exc), code=errors.DECODING_FAILURE) from exc
+        raise _list_error(str(exc), code=errors.DECODING_FAILURE) from exc
     if not isinstance(raw_list, dict):
         raise _list_error(
-            f"json: cannot unmarshal {gofmt.json_type_name(raw_list)} into Go value of type "
+            f"json: cannot unmarshal {json_type_name(raw_list)} into Go value of type "
             "map[string]interface {}",
             code=errors.DECODING_FAILURE,
         )
@@ -197,12 +198,12 @@ def conflist_from_bytes(raw: bytes) -> NetworkConfigList:
         raise _list_error("no name")
     name = raw_list["name"]
     if not isinstance(name, str):
-        raise _list_error(f"invalid name type {gofmt.type_name(name)}")
+        raise _list_error(f"invalid name type {type_name(name)}")
     cni_version = ""
     if "cniVersion" in raw_list:
         cni_version = raw_list["cniVersion"]
         if not isinstance(cni_version, str):
-            raise _list_error(f"invalid cniVersion type {gofmt.type_name(cni_version)}")
+            raise _list_error(f"invalid cniVersion type {type_name(cni_version)}")
     if "cniVersions" in raw_list:
         cni_version = _pick_version(raw_list, cni_version)
     disable_check = _read_bool(raw_list, "disableCheck")
@@ -216,7 +217,7 @@ def conflist_from_bytes(raw: bytes) -> NetworkConfigList:
     else:
         raw_plugins = raw_list["plugins"]
         if not isinstance(raw_plugins, list):
-            raise _list_error(f"invalid 'plugins' type {gofmt.type_name(raw_plugins)}")
+            raise _list_error(f"invalid 'plugins' type {type_name(raw_plugins)}")
         if not raw_plugins:
             raise _list_error("no plugins in list")
         for index, item in enumerate(raw_plugins):
@@ -251,15 +252,13 @@ def _encode(value: Any) -> bytes:
 
 def _decode_existing(raw: bytes) -> dict[str, Any]:
     try:
-        config = gofmt.loads_map(raw)
+        config = loads_map(raw)
     except ValueError as exc:
-        raise _decoding_error(
-            f"unmarshal existing network bytes: {gofmt.json_error_text(exc)}"
-        ) from exc
+        raise _decoding_error(f"unmarshal existing network bytes: {exc!s}") from exc
     if not isinstance(config, dict):
         raise _decoding_error(
             "unmarshal existing network bytes: json: cannot unmarshal "
-            f"{gofmt.json_type_name(config)} into Go value of type map[string]interface {{}}"
+            f"{json_type_name(config)} into Go value of type map[string]interface {{}}"
         )
     return config
 
@@ -329,7 +328,7 @@ def conf_files(directory: str, extensions: Sequence[str]) -> list[str]:
 
 
 def _os_error_text(op: str, path: str, exc: OSError) -> str:
-    return f"{op} {path}: {gofmt.errno_text(exc.errno)}"
+    return f"{op} {path}: {errno_text(exc.errno)}"
 
 
 def _read(path: str) -> bytes:

@@ -31,7 +31,11 @@ from typing import Any, Protocol
 
 from cni_shim import errors
 from cni_shim.errors import CNIError
-from multusd.cni import gofmt
+from cni_shim.gofmt import slice_str
+from cni_shim.gojsonerr import loads_any
+from cni_shim.gojsonerr import type_name as json_type_name
+from cni_shim.goquote import go_quote
+from cni_shim.gosyscall import errno_text, exit_text
 from multusd.cni.admission import MemoryAdmission
 from multusd.cni.admission import shared as shared_admission
 
@@ -171,7 +175,7 @@ def find_plugin(plugin_type: str, paths: Sequence[str]) -> str:
             continue
     raise LibcniError(
         errors.INVALID_NETWORK_CONFIG,
-        f"failed to find plugin {gofmt.quote(plugin_type)} in path {gofmt.slice_str(paths)}",
+        f"failed to find plugin {go_quote(plugin_type)} in path {slice_str(paths)}",
     )
 
 
@@ -183,14 +187,14 @@ def plugin_error(reason: str, stdout: bytes, stderr: bytes) -> CNIError:
     if not stdout:
         if not stderr:
             return CNIError(UNKNOWN, f"netplugin failed with no error message: {reason}")
-        return CNIError(UNKNOWN, f"netplugin failed: {gofmt.quote(stderr)}")
+        return CNIError(UNKNOWN, f"netplugin failed: {go_quote(stderr)}")
     try:
         return decode_error_object(stdout)
     except ValueError as exc:
         return CNIError(
             UNKNOWN,
             "netplugin failed but error parsing its diagnostic message "
-            f"{gofmt.quote(stdout)}: {gofmt.json_error_text(exc)}",
+            f"{go_quote(stdout)}: {exc!s}",
         )
 
 
@@ -202,10 +206,10 @@ def decode_error_object(stdout: bytes) -> CNIError:
 
     An object without ``msg`` still decodes (to an empty message), as in Go.
     """
-    obj = gofmt.loads(stdout)
+    obj = loads_any(stdout)
     if not isinstance(obj, dict):
         raise ValueError(
-            f"json: cannot unmarshal {gofmt.json_type_name(obj)} into Go value of type types.Error"
+            f"json: cannot unmarshal {json_type_name(obj)} into Go value of type types.Error"
         )
     fields: dict[str, Any] = {}
     for key, value in obj.items():
@@ -215,13 +219,13 @@ def decode_error_object(stdout: bytes) -> CNIError:
     code = fields.get("code", 0)
     if isinstance(code, bool) or not isinstance(code, int) or code < 0:
         raise ValueError(
-            f"json: cannot unmarshal {gofmt.json_type_name(code)} into Go struct field "
+            f"json: cannot unmarshal {json_type_name(code)} into Go struct field "
             "Error.code of type uint"
         )
     for name in ("msg", "details"):
         if not isinstance(fields.get(name, ""), str):
             raise ValueError(
-                f"json: cannot unmarshal {gofmt.json_type_name(fields[name])} into Go struct "
+                f"json: cannot unmarshal {json_type_name(fields[name])} into Go struct "
                 f"field Error.{name} of type string"
             )
     return CNIError(code, fields.get("msg", ""), fields.get("details", ""))
@@ -305,7 +309,7 @@ class SubprocessExecutor:
         returncode = proc.returncode
         assert returncode is not None  # communicate() returns only after the process exited
         if returncode != 0:
-            raise plugin_error(gofmt.exit_text(returncode), stdout, stderr)
+            raise plugin_error(exit_text(returncode), stdout, stderr)
         if stderr:
             log.debug("plugin %s stderr: %s", path, stderr.decode("utf-8", "replace"))
         return stdout
@@ -333,7 +337,7 @@ class SubprocessExecutor:
                     log.debug("plugin %s is busy (ETXTBSY), retry %d", path, attempt)
                     await self._sleep(self.busy_delay)
                     continue
-                reason = f"fork/exec {path}: {gofmt.errno_text(exc.errno)}"
+                reason = f"fork/exec {path}: {errno_text(exc.errno)}"
                 raise plugin_error(reason, b"", b"") from exc
             except subprocess.SubprocessError as exc:
                 # Only the chroot preexec hook can fail this way; the child's errno is lost.

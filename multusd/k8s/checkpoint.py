@@ -11,12 +11,12 @@ caller puts ``getKubernetesDelegate``'s prefix in front.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from cni_shim.errors import DECODING_FAILURE, IO_FAILURE, CNIError
+from cni_shim.gosyscall import errno_text
 from multusd.k8s.gostruct import GoObject, go_json, json_kind
 
 __all__ = ["CHECKPOINT_PATH", "CheckpointEntry", "pod_devices", "read_checkpoint"]
@@ -55,8 +55,8 @@ def read_checkpoint(path: str) -> list[CheckpointEntry] | None:
 def _go_path_error(exc: OSError) -> str:
     """Go's ``*PathError`` text: ``open <path>: permission denied`` (a directory fails at read)."""
     op = "read" if isinstance(exc, IsADirectoryError) else "open"
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    return f"{op} {exc.filename}: {reason[:1].lower()}{reason[1:]}"
+    reason = errno_text(exc.errno) if exc.errno else str(exc)
+    return f"{op} {exc.filename}: {reason}"
 
 
 def pod_devices(entries: list[CheckpointEntry], uid: str) -> dict[str, list[str]]:

@@ -11,9 +11,9 @@ decoding, shared by both readers.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from cni_shim import gojson
 from cni_shim.gojsonerr import type_name
 
 __all__ = ["GoObject", "go_json", "json_kind"]
@@ -34,15 +34,7 @@ class GoObject(list[tuple[str, Any]]):
 
 def go_json(raw: bytes) -> Any:
     """Parse JSON keeping objects' key order and duplicates; Go's invalid-UTF-8 replacement."""
-    return json.loads(
-        raw.decode("utf-8", "replace"),
-        object_pairs_hook=GoObject,
-        parse_constant=_reject_constant,
-    )
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid character {name[0]!r} looking for beginning of value")
+    return gojson.loads(raw.decode("utf-8", "replace"), object_pairs_hook=GoObject)
 
 
 def json_kind(value: Any) -> str:

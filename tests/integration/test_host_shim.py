@@ -197,6 +197,20 @@ def test_add_error_path_imports_are_shipped(tree: Path, host_libs: set[str]) -> 
     assert b"Traceback" not in proc.stderr
 
 
+def test_a_truncated_config_gets_gos_words_not_a_traceback(tree: Path, host_libs: set[str]) -> None:
+    """CPython 3.11's C scanner needs ``json.decoder`` for its errors, and the shim under
+    ``-IS`` never imported it: a truncated stdin crashed with a SystemError (cni_shim.gojson)."""
+    environ = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "a", "CNI_NETNS": "/x"}
+    environ |= {"CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}
+    proc = in_chroot(tree, environ, b"{")
+    assert proc.returncode == 1, proc
+    assert json.loads(proc.stdout) == {
+        "code": 6,
+        "msg": "error unmarshall network config: unexpected end of JSON input",
+    }
+    assert b"Traceback" not in proc.stderr
+
+
 def test_reinstall_keeps_the_version_in_use_and_prunes_older(tmp_path: Path) -> None:
     dest = tmp_path / "bin"
     shim = shim_bundle.install_host_shim(dest)
