@@ -16,23 +16,32 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 async def eventually(
-    check: Callable[[], bool | Awaitable[bool]], timeout: float = 30, interval: float = 0.02
-) -> None:
-    """Poll ``check`` (a function, or a coroutine function) until it holds; the timeout only
-    keeps a broken test from hanging."""
-    async with asyncio.timeout(timeout):
-        while True:
-            held = check()
-            if inspect.isawaitable(held):
-                held = await held
-            if held:
-                return
-            await asyncio.sleep(interval)
+    check: Callable[[], Any],
+    timeout: float = 30,
+    interval: float = 0.02,
+    *,
+    what: str = "",
+) -> Any:
+    """Poll ``check`` (a function, or a coroutine function) until it returns something truthy,
+    and return that; the timeout only keeps a broken test from hanging, and its failure names
+    ``what`` was waited for."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        held = check()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return held
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        await asyncio.sleep(interval)
 
 
 def _kernel_dev(st_dev: int) -> int:

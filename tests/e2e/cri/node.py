@@ -22,6 +22,7 @@ from multusd.kubesim import KubeSim
 from tests.e2e.cri.containerd import Containerd
 from tests.e2e.cri.criapi import CriClient, SandboxConfig
 from tests.e2e.harness import Daemon
+from tests.waits import eventually
 
 NODE = "node-cri"  # the daemon's MULTUS_NODE_NAME; every pod is scheduled here
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
@@ -29,22 +30,6 @@ STATUS = "k8s.v1.cni.cncf.io/network-status"
 GENERATED = "00-multus.conf"
 MULTUS_NETWORK = "multus-cni-network"  # the generated file's network name
 _IP_FILE = re.compile(r"^[0-9a-f.:]+$")  # host-local names an allocation after its address
-
-
-async def eventually(what: str, check: Any, timeout: float = 30, interval: float = 0.1) -> Any:
-    """Poll the (async or plain) ``check`` until it returns something truthy, and return that;
-    fail naming ``what`` after ``timeout`` seconds (generous: the machine is shared)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 @dataclass
@@ -103,7 +88,7 @@ class Node:
     async def wait_config_loaded(self, timeout: float = 30) -> dict[str, Any]:
         """Wait until this daemon wrote ``00-multus.conf`` and containerd reloaded that very
         content (containerd watches its conf_dir; nobody restarts it); return it."""
-        await eventually(f"{self.generated} from this daemon", self.generated_config, timeout)
+        await eventually(self.generated_config, timeout, what=f"{self.generated} from this daemon")
 
         async def same() -> dict[str, Any] | None:
             current = self.generated_config()
@@ -112,7 +97,7 @@ class Node:
             )
 
         try:
-            return dict(await eventually("containerd loading it", same, timeout))
+            return dict(await eventually(same, timeout, what="containerd loading it"))
         except AssertionError as exc:
             raise AssertionError(
                 f"containerd did not load {self.generated} within {timeout}s: "

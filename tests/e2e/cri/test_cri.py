@@ -17,7 +17,8 @@ import pytest
 from tests.e2e.conftest import bridge_plugin
 from tests.e2e.cri.conftest import CLUSTER_NETWORK, CLUSTER_SUBNET
 from tests.e2e.cri.criapi import SANDBOX_NOTREADY, SANDBOX_READY
-from tests.e2e.cri.node import NETWORKS, STATUS, Node, eventually, in_subnet
+from tests.e2e.cri.node import NETWORKS, STATUS, Node, in_subnet
+from tests.waits import eventually
 
 NAD_API = "k8s.cni.cncf.io/v1"
 SUBNET_A = "10.252.1.0/24"
@@ -175,13 +176,13 @@ async def test_stop_then_remove_deletes_twice(node: Node) -> None:
     assert status.verbose_info()["netNamespaceClosed"] is True
     assert node.netns_files() == netns_before  # the next DEL cannot be given a namespace
     assert node.allocations() == {}  # the IP is free after the first DEL already
-    first = await eventually("the first DEL", lambda: node.daemon_requests("DEL", sandbox))
+    first = await eventually(lambda: node.daemon_requests("DEL", sandbox), what="the first DEL")
     assert len(first) == 1 and first[0].endswith(": ok"), first
 
     await node.cri.remove(sandbox)
     node.running.discard(sandbox)
     dels = await eventually(
-        "the second DEL", lambda: (d := node.daemon_requests("DEL", sandbox))[1:] and d
+        lambda: (d := node.daemon_requests("DEL", sandbox))[1:] and d, what="the second DEL"
     )
     assert len(dels) == 2 and all(line.endswith(": ok") for line in dels), dels
     await _assert_clean(node, netns_before)
@@ -230,8 +231,8 @@ async def test_regenerated_config_is_picked_up_without_a_restart(
     staged.replace(node.primary)  # as network operators write it: atomically
 
     await eventually(
-        "the daemon regenerating 00-multus.conf",
         lambda: "capabilities" in (node.generated_config() or {}),
+        what="the daemon regenerating 00-multus.conf",
     )
     loaded = await node.wait_config_loaded()
     assert loaded["capabilities"] == {"mac": True}

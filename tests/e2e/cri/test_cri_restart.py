@@ -31,8 +31,9 @@ from multusd.kubesim import KubeSim
 from tests.e2e.cri.conftest import CLUSTER_NETWORK, CLUSTER_SUBNET, write_cluster_conflist
 from tests.e2e.cri.containerd import Containerd
 from tests.e2e.cri.criapi import SANDBOX_READY, CriClient, SandboxConfig
-from tests.e2e.cri.node import NETWORKS, NODE, STATUS, Node, eventually, in_subnet
+from tests.e2e.cri.node import NETWORKS, NODE, STATUS, Node, in_subnet
 from tests.e2e.harness import REPO, Daemon, run_shim
+from tests.waits import eventually
 
 CONFIGMAP = REPO / "manifests" / "base" / "configmap.yaml"
 NODE_PATH_KEYS = frozenset({"chrootDir", "cniConfigDir", "multusAutoconfigDir", "socketDir"})
@@ -227,8 +228,8 @@ async def _restart_under_load(
     the shims for the next daemon; then the next daemon; then every operation's end."""
     first.update(phase(0))
     await eventually(
-        "the first sandboxes reaching the shim",
         lambda: node.shim_calls() or all(t.done() for t in first.values()),
+        what="the first sandboxes reaching the shim",
     )
     assert await node.daemon.stop() == 0, node.daemon.log()[-3000:]  # SIGTERM, drain, exit
     # No daemon now, and no fallback: containerd still runs the shim for every pod.
@@ -239,7 +240,7 @@ async def _restart_under_load(
         calls = set(node.shim_calls())
         return all(call in calls or task.done() for call, task in second.items())
 
-    await eventually("every second-phase operation in a shim, or done", settled)
+    await eventually(settled, what="every second-phase operation in a shim, or done")
     done = sorted(call for call, task in second.items() if task.done())
     assert not done, f"done while no daemon answered (past Multus, or dropped): {done}"
     await node.daemon.start()  # the DaemonSet's next pod: the same config
@@ -288,7 +289,7 @@ async def test_a_del_while_the_daemon_is_away_is_retried_not_lost(node: Node) ->
     assert node.allocations() == {}
     # The next daemon wrote the config anew: the note describes nothing now, and can never
     # take a config away that a daemon still serves.
-    await eventually("the note gone stale", lambda: note.kept_file() == (None, True))
+    await eventually(lambda: note.kept_file() == (None, True), what="the note gone stale")
     await node.remove_pod(sandbox_id)  # containerd's own DELs, later: nothing left to do
     assert node.runtime_cache_files() == []
 
@@ -318,8 +319,8 @@ async def test_an_uninstall_gives_the_node_back_to_its_cluster_network(node: Nod
     assert f"removed {node.generated}, so that the runtime uses its cluster network" in details
     assert not node.generated.exists() and not note_file.exists()
     await eventually(
-        "containerd back on the cluster network",
         lambda: _equals(node.loaded_networks(), [CLUSTER_NETWORK]),
+        what="containerd back on the cluster network",
     )
     await remove(node, sandbox_id, failures)  # the kubelet's next tries: the cluster network's DEL
 

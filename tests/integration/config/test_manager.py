@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from multusd.config.daemon import DaemonConfig, parse_daemon_config
 from multusd.config.manager import ConfigManager, ManagerSettings
 from multusd.config.static import install_static_config
 from multusd.errors import EXIT_READINESS_LOST, StartupError
+from tests.waits import eventually, until_watched
 
 FAST = ManagerSettings(
     find_attempts=200,
@@ -70,12 +71,6 @@ def expected(path: Path, **fields: Any) -> bytes:
     ).encode()
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.02)
-
-
 def read(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
@@ -91,8 +86,6 @@ async def watching(manager: ConfigManager) -> AsyncIterator[asyncio.Task[None]]:
         await manager.write_config()
         task = asyncio.create_task(manager.watch())
         try:
-            from tests.waits import until_watched
-
             await until_watched(os.path.dirname(manager.primary_path))  # the watch is armed
             yield task
         finally:
@@ -462,7 +455,6 @@ async def test_the_watch_task_cancels_promptly(confdir: Path) -> None:
         await manager.wait_for_primary()
         await manager.write_config()
         task = asyncio.create_task(manager.watch())
-        from tests.waits import until_watched
 
         await until_watched(confdir)  # cancelled while it watches, not before it started
         task.cancel()
