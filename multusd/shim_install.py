@@ -212,6 +212,9 @@ def install_shim(
 ) -> Path:
     """Write the shim executable as ``dest_dir/name`` atomically; returns its path.
 
+    A missing ``dest_dir`` is created (the demo and the tests install into fresh temp dirs);
+    ``multusd install-shim`` refuses a missing ``--dest`` before calling this, since on a node
+    that means the host's CNI bin dir is not where it was expected (``multusd/cli.py``).
     Blocking (file I/O + fsync): call it from a thread in async code.
     """
     final = Path(dest_dir) / name
