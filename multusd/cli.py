@@ -8,6 +8,11 @@ Every import beyond ``argparse`` and ``sys`` is made by the subcommand that need
 probes (``multusd probe``, ``multusd.probe``) run in the daemon's memory cgroup several times a
 minute, and importing asyncio alone would double what one costs (``python -X importtime -m
 multusd probe``).
+
+Every subcommand and option has a help line, and ``multusd --help`` lists the subcommands from
+:data:`SUBCOMMANDS`. The daemon's and the installers' options are declared here; ``probe``,
+``demo`` and ``kubesim`` declare theirs in their own modules, which this one imports only when
+that subcommand runs. Help texts are plain text, never reST: argparse prints them as written.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable, Sequence
 
-SUBCOMMANDS = ("demo", "install-plugins", "install-shim", "kubesim", "probe")
+SUBCOMMANDS = {
+    "demo": "one pod wired up on this machine, with real plugins (root)",
+    "install-plugins": "copy the CNI plugins a node lacks, never replacing one",
+    "install-shim": "write multus-shim into the node's CNI bin dir",
+    "kubesim": "the Kubernetes API emulator and its fault controls",
+    "probe": "the DaemonSet's exec probe of /healthz or /readyz",
+}
+"""Each subcommand's help line, as ``multusd --help`` lists them (the first argument names one)."""
 LOOPS = ("asyncio", "uvloop", "auto")
 
 
@@ -31,13 +43,33 @@ def version_line(program: str = "multus-daemon") -> str:
 
 
 def _daemon_parser() -> argparse.ArgumentParser:
+    from multusd.config.daemon import DEFAULT_CONFIG_PATH
+
+    width = max(map(len, SUBCOMMANDS))
     parser = argparse.ArgumentParser(
         prog="multusd",
-        description="Multus CNI thick-plugin daemon (asyncio). Subcommands: "
-        + ", ".join(SUBCOMMANDS),
+        # Raw: the subcommand table keeps its columns (the options' help is still wrapped).
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Multus CNI thick-plugin daemon (asyncio). Without a subcommand, it runs "
+        "the daemon.",
+        epilog="subcommands (multusd SUBCOMMAND --help for each one's options):\n"
+        + "\n".join(f"  {name:<{width}}  {line}" for name, line in SUBCOMMANDS.items()),
     )
-    parser.add_argument("-config", "--config", dest="config", default=None)
-    parser.add_argument("-version", "--version", dest="version", action="store_true")
+    parser.add_argument(
+        "-config",
+        "--config",
+        dest="config",
+        default=None,
+        metavar="PATH",
+        help=f"the daemon config to run with (default {DEFAULT_CONFIG_PATH})",
+    )
+    parser.add_argument(
+        "-version",
+        "--version",
+        dest="version",
+        action="store_true",
+        help="print the version line and exit",
+    )
     parser.add_argument(
         "--loop",
         choices=LOOPS,
@@ -99,15 +131,31 @@ def run_daemon(argv: Sequence[str]) -> int:
 
 
 def run_install_shim(argv: Sequence[str]) -> int:
+    """``multusd install-shim``: the shim into the node's CNI bin dir, which must exist (as for
+    ``install-plugins``, a missing one means the host's directory is not mounted where it was
+    expected, and creating it would put the shim where no runtime looks); exit 1 if it does not."""
+    from multusd.plugins_install import PluginsInstallError, check_dir
     from multusd.shim_install import install_shim
 
     parser = argparse.ArgumentParser(
         prog="multusd install-shim",
         description="Write the multus-shim as one self-contained executable (atomic replace).",
     )
-    parser.add_argument("--dest", default="/opt/cni/bin", help="directory (default %(default)s)")
-    parser.add_argument("--interpreter", default="/usr/bin/python3")
-    parser.add_argument("--name", default="multus-shim")
+    parser.add_argument(
+        "--dest",
+        default="/opt/cni/bin",
+        help="the node's CNI bin dir (must exist; default %(default)s)",
+    )
+    parser.add_argument(
+        "--interpreter",
+        default="/usr/bin/python3",
+        help="the Python the shim's #! line names (default %(default)s; ignored with --bundle)",
+    )
+    parser.add_argument(
+        "--name",
+        default="multus-shim",
+        help="the shim's file name in --dest (default %(default)s; ignored with --bundle)",
+    )
     parser.add_argument(
         "--bundle",
         action="store_true",
@@ -122,6 +170,11 @@ def run_install_shim(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     from pathlib import Path
 
+    try:
+        check_dir(Path(args.dest), "destination")
+    except PluginsInstallError as exc:  # the same check and words as install-plugins
+        print(f"multusd install-shim: {exc}", file=sys.stderr)
+        return 1
     if args.bundle:
         from multusd.shim_bundle import install_host_shim
 
@@ -166,6 +219,9 @@ def run_install_plugins(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and not args[0].startswith("-") and args[0] not in SUBCOMMANDS:
+        choices = ", ".join(SUBCOMMANDS)
+        _daemon_parser().error(f"unknown subcommand {args[0]!r} (choose from {choices})")
     if args and args[0] == "demo":
         from multusd.demo import main as demo_main
 

@@ -21,6 +21,7 @@ interface the demo creates is named ``mdemo<tag>...`` (the example bridge is ren
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.resources
 import json
@@ -377,9 +378,18 @@ def _sandbox(pod: _Pod) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    if argv:
-        print("usage: multusd demo", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+    """``multusd demo``: no options, but ``--help`` says what it does and needs (argparse exits
+    2 on anything else, the same code as a machine that cannot run it)."""
+    argparse.ArgumentParser(
+        prog="multusd demo",
+        description="Wire up one pod sandbox on this machine exactly as a container runtime "
+        "would: the Kubernetes API emulator holding the example NADs and pod, a daemon "
+        "connected to it, a network namespace, and the installed multus-shim running ADD, "
+        "CHECK and DEL with the real CNI plugins (the cluster network plus a bridge and a "
+        "macvlan). It shows the result, the interfaces and the pod's network-status "
+        "annotation, then removes everything; all it writes stays in a temp dir. Needs root, "
+        "the bridge and host-local plugins, iproute2 and util-linux.",
+    ).parse_args(argv)
     if os.geteuid() != 0:
         print(
             "multusd demo: needs root (it creates a network namespace and a bridge)",

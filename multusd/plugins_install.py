@@ -57,7 +57,10 @@ def available_plugins(src: Path) -> list[str]:
     return names
 
 
-def _check_dir(path: Path, role: str) -> None:
+def check_dir(path: Path, role: str) -> None:
+    """Refuse a ``role`` directory that is missing or not a directory, never creating it (see
+    the module doc: a missing CNI bin dir is a wrong mount); ``install-shim`` checks its
+    ``--dest`` with it too."""
     if not path.is_dir():
         what = "is not a directory" if path.exists() else "does not exist"
         raise PluginsInstallError(f"{role} directory {path} {what}")
@@ -66,8 +69,8 @@ def _check_dir(path: Path, role: str) -> None:
 def plan(src: Path, dest: Path, only: Sequence[str] | None = None) -> list[str]:
     """The plugin names to install, checked before anything is written: both directories
     exist, and every name in ``only`` is a plugin of ``src`` (default: all of them)."""
-    _check_dir(src, "source")
-    _check_dir(dest, "destination")
+    check_dir(src, "source")
+    check_dir(dest, "destination")
     available = available_plugins(src)
     names = available if only is None else list(dict.fromkeys(only))
     unknown = [name for name in names if name not in available]

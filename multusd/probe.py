@@ -94,9 +94,24 @@ def main(argv: list[str]) -> int:
         "socket). Exit 0 when /healthz (or /readyz) answers 200, else 1.",
     )
     parser.add_argument("--ready", action="store_true", help="check /readyz instead of /healthz")
-    parser.add_argument("-config", "--config", dest="config", default=DEFAULT_CONFIG_PATH)
-    parser.add_argument("--socket-dir", default=None, help="default: the config's socketDir")
-    parser.add_argument("--timeout", type=float, default=5.0)
+    parser.add_argument(
+        "-config",
+        "--config",
+        dest="config",
+        default=DEFAULT_CONFIG_PATH,
+        metavar="PATH",
+        help="the daemon config whose socketDir to probe (default %(default)s)",
+    )
+    parser.add_argument(
+        "--socket-dir", default=None, help="the daemon's socket directory (default: the config's)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for the answer (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     socket_dir = args.socket_dir
     if socket_dir is None:

@@ -114,7 +114,7 @@ _bootstrap()
 )
 
 
-def _parse(source: bytes) -> ast.Module:
+def parse_source(source: bytes) -> ast.Module:
     """``ast.parse`` with the cyclic garbage collector paused.
 
     CPython 3.11 before 3.11.5 (Debian's is 3.11.2; gh-106905) keeps the AST constructor's
@@ -136,7 +136,7 @@ def _parse(source: bytes) -> ast.Module:
 def _strip_docstrings(source: bytes) -> bytes:
     """Source without docstrings or comments, for the fallback copy (kept small: every byte
     of the file is tokenized on every start, VERSION included)."""
-    tree = _parse(source)
+    tree = parse_source(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             first = node.body[0] if node.body else None
@@ -212,6 +212,9 @@ def install_shim(
 ) -> Path:
     """Write the shim executable as ``dest_dir/name`` atomically; returns its path.
 
+    A missing ``dest_dir`` is created (the demo and the tests install into fresh temp dirs);
+    ``multusd install-shim`` refuses a missing ``--dest`` before calling this, since on a node
+    that means the host's CNI bin dir is not where it was expected (``multusd/cli.py``).
     Blocking (file I/O + fsync): call it from a thread in async code.
     """
     final = Path(dest_dir) / name

@@ -1,6 +1,7 @@
 """Suite-wide guards: every test has a timeout (pyproject), warnings are errors (pyproject),
-no test may leave asyncio tasks running behind it, and the session leaves the node as it
-found it (the node guard below; docs/development.md)."""
+no test may leave asyncio tasks running behind it, no callback may hold a test's event loop
+for long (the loop guard, tests/loopguard.py), and the session leaves the node as it found it
+(the node guard below; docs/development.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from tests.hostsnap import host_links, tree
+from tests.loopguard import slow_callback_seconds, watching
 
 
 @pytest_asyncio.fixture(autouse=True)
@@ -30,6 +32,32 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
     for task in leaked:
         task.cancel()
     assert not leaked, f"test leaked tasks: {leaked}"
+
+
+E2E = Path(__file__).parent / "e2e"
+BLOCKS_THE_LOOP = {
+    "tests/kubesim/test_kubesim_scale.py::test_list_50k_pods": "its body creates 50,000 pods "
+    "in the emulator's store between two awaits (about 1.5 s), as its setup",
+}
+"""Tests the loop guard leaves alone, and why: only for a test's own deliberate setup."""
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _loop_never_blocks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """The loop guard (tests/loopguard.py) around everything set up after it: the test, its
+    fixtures, their teardown. Not for ``tests/e2e``: there the daemon under test runs in a
+    process of its own, and the loop here holds only the emulator and the test's helpers, some
+    of which run ``ip`` and ``unshare`` synchronously by design."""
+    node = request.node
+    if node.path.is_relative_to(E2E) or node.nodeid.split("[")[0] in BLOCKS_THE_LOOP:
+        yield
+        return
+    threshold = slow_callback_seconds()
+    with watching(asyncio.get_running_loop(), threshold) as slow:
+        yield
+    if slow.found:
+        lines = "\n".join(slow.found)
+        pytest.fail(f"a callback held the event loop over {threshold} s:\n{lines}", False)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def test_parse_survives_finalisers_that_format_tracebacks() -> None:
         for _ in range(30):
             for _ in range(200):
                 _FormatsATraceback()
-            shim_install._parse(SOURCE)
+            shim_install.parse_source(SOURCE)
     finally:
         gc.set_threshold(*threshold)
         gc.collect()
