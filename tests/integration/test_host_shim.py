@@ -255,6 +255,7 @@ def test_too_long_shebang_is_refused() -> None:
 def test_cli_bundle_install(tmp_path: Path) -> None:
     """``multusd install-shim --bundle``, the DaemonSet's init container command."""
     dest = tmp_path / "bin"
+    dest.mkdir()  # install-shim refuses a destination that does not exist
     done = subprocess.run(
         [sys.executable, "-m", "multusd", "install-shim", "--bundle", "--dest", str(dest),
          "--host-dir", str(dest)],

@@ -49,6 +49,7 @@ def write_cluster_conflist(directory: Path, bridge: str, workdir: Path) -> Path:
 
 def _install_cni_bin(bin_dir: Path) -> None:
     """containerd's one ``bin_dir``: the shim as a DaemonSet installs it, and the plugins."""
+    bin_dir.mkdir(parents=True, exist_ok=True)  # install-shim refuses a missing destination
     subprocess.run(
         [sys.executable, "-m", "multusd", "install-shim", "--dest", str(bin_dir)],
         cwd=REPO, check=True, capture_output=True, timeout=60,
