@@ -60,7 +60,7 @@ STATUS = json.dumps(
 
 
 def realistic_pod(i: int) -> dict[str, Any]:
-    """About the shape of python-stack §1.5's realistic pod (~6-7 KB of JSON)."""
+    """About the shape of docs/performance.md, "A realistic pod" (~7 KB of JSON there)."""
     name = f"app{i % 50}-7d4b9c8f6-{i:05d}"
     env = [{"name": f"VAR_{k}", "value": "x" * 20} for k in range(8)]
     container = {

@@ -2,9 +2,10 @@
 included, through bursts of ADDs and DELs.
 
 Upstream's DaemonSet gives the daemon's container ``requests = limits = 50Mi``, and every plugin
-the daemon runs is its child, charged to the same cgroup (docs/performance.md, "Under a 50 Mi
-limit"). Here the daemon (ours, or any other with ``--daemon PATH --shim PATH``) runs as
-``bench.peer`` runs it (in-cluster credentials, auto mode, the pod cache filtered to its node),
+the daemon runs is its child, charged to the same cgroup
+(docs/performance.md, "Under a 50 Mi limit"). Here the daemon (ours, or any other with
+``--daemon PATH --shim PATH``) runs as ``bench.peer`` runs it (in-cluster credentials, auto
+mode, the pod cache filtered to its node),
 in a fresh memory cgroup of its own: ``memory.limit_in_bytes`` 50 MiB on cgroup v1 with the
 swap limit (``memsw``) equal to it, so nothing is swapped out to fit, or ``memory.max`` and
 ``memory.swap.max = 0`` on v2. The shims run outside it, as the container runtime's children.

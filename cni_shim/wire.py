@@ -183,8 +183,8 @@ def decode_request(body: bytes) -> tuple[dict[str, str], bytes, dict[str, Any] |
 ANSWER_VERSION_OLD = "1.0.0"
 """The result version every Multus shim can decode: shims built on libcni 1.0/1.1 (upstream
 v4.0.x and the seed commit) know no 1.1.0 converter and fail every ADD on a 1.1.0 result with
-``no converter for CNI result version 1.1.0 to 1.0.0`` (docs/compatibility.md, "Result version
-on the wire")."""
+``no converter for CNI result version 1.1.0 to 1.0.0``
+(docs/compatibility.md, "Living beside upstream: rolling either way", row 26)."""
 
 
 def answer_version(config_version: str) -> str:

@@ -23,7 +23,7 @@ __all__ = [
     "internal",
 ]
 
-# Exit codes, as upstream multus-daemon (reference §3.2).
+# Exit codes, as upstream multus-daemon (docs/upstream.md, "Exit codes").
 EXIT_CONFIG = 1  # unreadable/invalid daemon config, readiness wait timed out
 EXIT_READINESS_LOST = 2  # config generation failed, or the readiness file was removed
 EXIT_SERVER = 3  # the server could not start (socket, root check, connection limit, ...)

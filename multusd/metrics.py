@@ -1,4 +1,5 @@
-"""Prometheus metrics on ``metricsPort`` (reference §2.7), plus what upstream cannot tell you.
+"""Prometheus metrics on ``metricsPort`` (docs/upstream.md, "Metrics"), plus what upstream cannot
+tell you.
 
 Upstream exports one counter, ``multus_server_request_total``; we keep its name, help, labels
 and label values so existing dashboards work, and add the numbers operators actually ask for

@@ -1,7 +1,8 @@
 """``CNI_ARGS`` parsing: the daemon's strict envelope check and libcni's ``K8sArgs`` decoding.
 
-Upstream parses the same string twice with different rules (reference §2.4 step 5 and §6.2),
-and the error texts differ; both are kept so that runtimes and operators see upstream's words.
+Upstream parses the same string twice with different rules
+(docs/upstream.md, "CNI_ARGS, parsed twice"), and the error texts differ; both are kept so that
+runtimes and operators see upstream's words.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _error(msg: str) -> CNIError:
 
 
 def parse_envelope_args(cni_args: str) -> dict[str, str]:
-    """The server's strict split (reference §2.4 step 5): every part is exactly ``key=value``.
+    """The server's strict split (docs/upstream.md, "CNI_ARGS, parsed twice"): every part is exactly
+    ``key=value``.
 
     An empty string or a trailing ``;`` fails here, as upstream's daemon does.
     """
@@ -78,7 +80,7 @@ def _valid_ip(value: str) -> bool:
 
 
 def parse_k8s_args(cni_args: str) -> K8sArgs:
-    """libcni ``types.LoadArgs`` into ``K8sArgs`` (reference §6.2).
+    """libcni ``types.LoadArgs`` into ``K8sArgs`` (docs/upstream.md, "CNI_ARGS, parsed twice").
 
     One pass in string order, as Go's: the first bad pair or value is the error reported, and
     the last ``IgnoreUnknown`` wins; unknown keys are only judged after the whole string.

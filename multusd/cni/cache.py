@@ -267,7 +267,8 @@ def _gather_sync(cache_dir: str) -> list[tuple[str, str]]:
 
 
 async def gather_valid_attachments(cache_dir: str) -> list[tuple[str, str]]:
-    """Multus' GC view (§7.4): ``(containerID, ifname)`` of *every* decodable cache file.
+    """Multus' GC view (docs/upstream.md, "GC"): ``(containerID, ifname)`` of *every* decodable
+    cache file.
 
     Unlike :func:`list_entries` the kind and network are not checked, and a missing results
     directory is an error (``open <dir>: no such file or directory``), both as upstream.

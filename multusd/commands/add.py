@@ -1,4 +1,5 @@
-"""CNI ADD (reference §6): resolve delegates, cache them, run them in order, roll back on failure.
+"""CNI ADD (docs/upstream.md, "ADD"): resolve delegates, cache them, run them in order, roll back on
+failure.
 
 Returns the master delegate's result, converted to the newest CNI version; the server encodes
 it and the shim converts it to the runtime's version. A cancelled ADD (a DEL superseded it, the
@@ -54,7 +55,8 @@ async def _rollback(
     k8s: K8sArgs,
     delegates: list[Delegate],
 ) -> None:
-    """DEL the delegates from the failing one down to the first, ignoring errors (§6.9.4).
+    """DEL the delegates from the failing one down to the first, ignoring errors
+    (docs/upstream.md, "ADD", step 7).
 
     It gets at least :data:`ROLLBACK_SECONDS` of plugin time, beyond the request's deadline if
     need be: an ADD that failed *at* its deadline must still release what it took.
@@ -77,9 +79,9 @@ async def _rollback(
 async def _default_routes(
     cmd: CmdArgs, netconf: NetConf, pod_label: str, delegate: Delegate, ifname: str
 ) -> None:
-    """Move the default route as the pod's ``default-route`` requests asked (§6.9.6): in the
-    pod's namespace, then in the libcni result cache. Errors fail the ADD without rollback,
-    as upstream."""
+    """Move the default route as the pod's ``default-route`` requests asked
+    (docs/upstream.md, "Default-route handling"): in the pod's namespace, then in the libcni
+    result cache. Errors fail the ADD without rollback, as upstream."""
     actions = route_actions(delegate)
     if not actions.any:
         return

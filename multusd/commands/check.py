@@ -1,4 +1,5 @@
-"""CNI CHECK (reference §7.2): only the config's inline delegates, stopping at the first error.
+"""CNI CHECK (docs/upstream.md, "CHECK"): only the config's inline delegates, stopping at the first
+error.
 
 With a ``clusterNetwork`` config (every generated one) there are none, so CHECK succeeds
 without running anything; that is upstream's behaviour and is kept (see compatibility.md).

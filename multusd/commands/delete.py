@@ -1,4 +1,5 @@
-"""CNI DEL (reference §7.1): undo what the cached delegates did, and never strand the runtime.
+"""CNI DEL (docs/upstream.md, "DEL"): undo what the cached delegates did, and never strand the
+runtime.
 
 Everything is best effort: a missing cache, a gone pod or a failing delegate must not stop the
 remaining delegates from being deleted. Errors are reported joined, after all were tried.

@@ -1,4 +1,5 @@
-"""CNI GC (reference §7.4): let the cluster network clean up attachments that no longer exist.
+"""CNI GC (docs/upstream.md, "GC"): let the cluster network clean up attachments that no longer
+exist.
 
 Upstream ignores the runtime's ``cni.dev/valid-attachments`` and treats every cached attachment
 as valid, so nothing stale is ever collected. We pass the runtime's list through when it sends

@@ -1,10 +1,10 @@
 """``POST /delegate``: add, delete, check or ask the status of ONE delegate on a running pod.
 
-Programs that hot-plug interfaces (reference §2.5, §7.5) send the delegate plugin's own config
-plus optional interface attributes (IPs, MAC, CNI args). Unlike ``/cni`` there is no delegate
-cache, no network-status and no gateway handling, a missing pod is an error, and DEL errors are
-returned. Upstream also copies the daemon config over the *plugin's* config (quirk 10), which
-injects Multus keys into the plugin's stdin; we leave the plugin's config as it was sent.
+Programs that hot-plug interfaces (docs/upstream.md, "Hot-plug (/delegate)") send the delegate
+plugin's own config plus optional interface attributes (IPs, MAC, CNI args). Unlike ``/cni`` there
+is no delegate cache, no network-status and no gateway handling, a missing pod is an error, and DEL
+errors are returned. Upstream also copies the daemon config over the *plugin's* config (quirk 10),
+which injects Multus keys into the plugin's stdin; we leave the plugin's config as it was sent.
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ def interface_name(delegate: Delegate, index: int, runtime_ifname: str) -> str:
 
 
 def _merge_env_args(args: list[tuple[str, str]], env_args: str) -> None:
-    """Merge the daemon process's own ``CNI_ARGS`` (thin-plugin heritage, §6.9.2)."""
+    """Merge the daemon process's own ``CNI_ARGS`` (thin-plugin heritage,
+    docs/upstream.md, "Delegate runtime config and CNI_ARGS")."""
     for item in env_args.split(";") if env_args else ():
         if "=" not in item:
             continue
@@ -106,7 +107,7 @@ def capability_args(delegate: Delegate, runtime_config: Mapping[str, Any] | None
     """Runtime capabilities for one delegate: the runtime's, overridden by the selection.
 
     Only the capabilities Multus models are passed on; libcni then keeps the ones the plugin
-    declares (reference §6.9.2).
+    declares (docs/upstream.md, "Delegate runtime config and CNI_ARGS").
     """
     base = dict(runtime_config or {})
     if not delegate.master:
@@ -138,7 +139,8 @@ def runtime_for(
     env_args: str = "",
     legacy: bool = False,
 ) -> RuntimeConf:
-    """The libcni runtime conf of the delegate at ``index`` for this request (§6.9.1–6.9.2).
+    """The libcni runtime conf of the delegate at ``index`` for this request
+    (docs/upstream.md, "Delegate runtime config and CNI_ARGS").
 
     With a device ID, plugins that declare ``CNIDeviceInfoFile`` learn where the device's info
     file for this attachment lives (see :func:`device_info_path`).
@@ -157,5 +159,6 @@ def runtime_for(
 
 
 def device_info_path(cmd: CmdArgs, delegate: Delegate, ifname: str) -> str:
-    """``/var/run/k8s.cni.cncf.io/devinfo/cni/<delegate>-<container>_<ifname>`` (§6.9.2)."""
+    """``/var/run/k8s.cni.cncf.io/devinfo/cni/<delegate>-<container>_<ifname>``
+    (docs/upstream.md, "Delegate runtime config and CNI_ARGS")."""
     return device_info_file_path(delegate.name, cmd.container_id, ifname)

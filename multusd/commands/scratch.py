@@ -1,9 +1,9 @@
 """The delegate ("scratch") cache: ``<cniDir>/<containerID>``, written before any delegate runs.
 
-It is what makes DEL work after the pod object is gone or the daemon restarted, and it is
-read by upstream's daemon too, so its layout is upstream HEAD's ``[]DelegateNetConf`` encoding
-(reference §6.8): delegate-level keys in Go struct order, inner plugin configs as libcni v1.3.0
-re-marshals them (keys sorted, empty ``dns`` dropped, ``ipam`` always present).
+It is what makes DEL work after the pod object is gone or the daemon restarted, and it is read by
+upstream's daemon too, so its layout is upstream HEAD's ``[]DelegateNetConf`` encoding
+(docs/upstream.md, "Delegate cache"): delegate-level keys in Go struct order, inner plugin configs
+as libcni v1.3.0 re-marshals them (keys sorted, empty ``dns`` dropped, ``ipam`` always present).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CNI STATUS (reference §7.3): is the cluster network ready to serve ADDs?
+"""CNI STATUS (docs/upstream.md, "STATUS"): is the cluster network ready to serve ADDs?
 
 Only the first delegate (the cluster network) is asked. Plugins older than CNI 1.1.0 have no
 STATUS and count as ready. A plugin's CNI error (e.g. 50, "not available") reaches the runtime

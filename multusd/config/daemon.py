@@ -1,11 +1,11 @@
 """``daemon-config.json``: parsed once, typed, and kept verbatim for the request-time override.
 
-Upstream reads this one file with three decoders (daemon, config generator, per-request NetConf)
-and ignores unknown keys in each, yet every top-level key still rides into each request through
-the server-config override (reference §2.4.1). We therefore keep two views: ``DaemonConfig``, the
-typed settings the daemon acts on, and ``raw``, the exact decoded object the override copies.
-Decoding follows Go (see ``multusd.config.schema``), so a file that works upstream works here and
-one that fails there fails here, with one clear line.
+Upstream reads this one file with three decoders (daemon, config generator, per-request NetConf) and
+ignores unknown keys in each, yet every top-level key still rides into each request through the
+server-config override (docs/upstream.md, "Server-config override"). We therefore keep two views:
+``DaemonConfig``, the typed settings the daemon acts on, and ``raw``, the exact decoded object the
+override copies. Decoding follows Go (see ``multusd.config.schema``), so a file that works upstream
+works here and one that fails there fails here, with one clear line.
 
 Every key of the file the daemon acts on is declared here, the server's limits
 (``requestTimeoutSeconds``, ``maxPendingRequests``, ...) included: ``multusd.server`` reads
@@ -46,7 +46,8 @@ class PerNodeCertificate:
 
 @dataclass(frozen=True, slots=True)
 class NetworkKeys:
-    """The Multus NetConf keys (reference §3.3 c) that both the daemon and each request read.
+    """The Multus NetConf keys (docs/upstream.md, "Per-request NetConf") that both the daemon and
+    each request read.
 
     The daemon config and the per-request NetConf share them because the server-config
     override copies the former over the latter; one definition keeps the defaults in step.
@@ -77,7 +78,8 @@ class NetworkKeys:
 
 @dataclass(frozen=True, slots=True)
 class DaemonConfig(NetworkKeys):
-    """Every key of upstream's daemon config (reference §3.3 a-c) plus ours, with defaults.
+    """Every key of upstream's daemon config (docs/upstream.md, "Daemon config keys") plus ours,
+    with defaults.
 
     Keys this daemon adds are marked *multusd*; upstream ignores them, so one file serves both.
     """

@@ -19,7 +19,7 @@ This module generates and writes the file; the pieces around it:
 * :mod:`multusd.config.restart_note`: the note left for the next daemon;
 * :mod:`multusd.config.static`: the non-auto mode's one-time copy of ``multusConfigFile``.
 
-Where this differs from upstream (reference §4.5, §4.7), on purpose:
+Where this differs from upstream (docs/upstream.md, "Config generation"), on purpose:
 
 * Every write is atomic (temp + fsync + rename, mode 0644), and nothing is written when the
   primary cannot be read or decoded: the last good file stays. Upstream truncates in place and

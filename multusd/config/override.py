@@ -1,9 +1,9 @@
 """The server-config override: daemon-config keys win over the incoming CNI config.
 
-Upstream (``overrideCNIConfigWithServerConfig``, reference §2.4.1) copies every top-level key
-of the daemon config over the config the shim sent, so a cluster admin can change behaviour
-without touching the generated ``00-multus.conf``. In auto mode the readiness key is removed
-because the daemon watches that file itself.
+Upstream (``overrideCNIConfigWithServerConfig``, docs/upstream.md, "Server-config override") copies
+every top-level key of the daemon config over the config the shim sent, so a cluster admin can
+change behaviour without touching the generated ``00-multus.conf``. In auto mode the readiness key
+is removed because the daemon watches that file itself.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The readiness indicator file: wait for it at start-up, then notice when it is gone for good.
 
-The primary CNI plugin (flannel, calico, OVN, ...) writes this file once the default network
-works. Upstream waits for it before starting (1 s polls, 45 s budget, exit 1) and, in auto mode,
-exits 2 as soon as fsnotify reports a Remove or Rename of it, so the kubelet restarts the daemon
-and it waits for the network again (reference §3.2 step 3, §4.6). This module is the only reader
-of the file: requests never stat it, because a per-request ``stat()`` inside the container
-sporadically failed upstream and turned into 45 s of CNI latency.
+The primary CNI plugin (flannel, calico, OVN, ...) writes this file once the default network works.
+Upstream waits for it before starting (1 s polls, 45 s budget, exit 1) and, in auto mode, exits 2 as
+soon as fsnotify reports a Remove or Rename of it, so the kubelet restarts the daemon and it waits
+for the network again (docs/upstream.md, "Readiness indicator"). This module is the only reader of
+the file: requests never stat it, because a per-request ``stat()`` inside the container sporadically
+failed upstream and turned into 45 s of CNI latency.
 
 Two changes from upstream, both deliberate:
 
@@ -13,13 +13,13 @@ Two changes from upstream, both deliberate:
   Writers that replace the file non-atomically (unlink, then create) otherwise kill the daemon,
   a pain point upstream users report. An atomic replace (rename over the file) never even shows
   a gap: we judge the file by its existence after each batch of events, not by event type.
-* The watch is on the file's *directory*, and it survives that directory being removed,
-  re-created or swapped: an inotify watch on the file itself is one-shot (it follows the old
-  inode), and one on a removed directory goes silent (python-stack §3). While the directory is
-  missing, or the watcher cannot be armed, we poll every ``poll_interval`` like upstream does.
-  A periodic re-check (every ``poll_interval`` even when no event arrives) closes the race
-  between the first stat and the watch being armed, and covers changes that produce no event
-  in the directory (a symlinked target going dangling).
+* The watch is on the file's *directory*, and it survives that directory being removed, re-created
+  or swapped: an inotify watch on the file itself is one-shot (it follows the old inode), and one on
+  a removed directory goes silent (docs/performance.md, "Watching a file with watchfiles"). While
+  the directory is missing, or the watcher cannot be armed, we poll every ``poll_interval`` like
+  upstream does. A periodic re-check (every ``poll_interval`` even when no event arrives) closes the
+  race between the first stat and the watch being armed, and covers changes that produce no event in
+  the directory (a symlinked target going dangling).
 
 All stats run in a worker thread, so a hung filesystem (NFS, FUSE) never blocks the loop.
 """
@@ -39,9 +39,10 @@ from multusd.errors import EXIT_CONFIG, StartupError
 
 log = logging.getLogger(__name__)
 
-# watchfiles batching: wait ``_STEP_MS`` of quiet after a change and at most ``_DEBOUNCE_MS`` in
-# all before yielding. Measured latency with these values is ~10-20 ms (python-stack §3); the
-# defaults (50 ms / 1.6 s) would only delay the decision without saving any work.
+# watchfiles batching: wait ``_STEP_MS`` of quiet after a change and at most ``_DEBOUNCE_MS`` in all
+# before yielding. Measured latency with these values is ~20-40 ms on a loaded machine
+# (docs/performance.md, "Watching a file with watchfiles"); the defaults (50 ms / 1.6 s) would only
+# delay the decision without saving any work.
 _STEP_MS = 20
 _DEBOUNCE_MS = 100
 

@@ -1,9 +1,9 @@
 """Kubernetes' protobuf bodies as the daemon reads them: pods, pod lists, Status, watch events.
 
 Why by hand: the daemon reads six fields of a pod, and no maintained package ships compiled
-``k8s.io/api`` messages (python-stack §2). A schema of only those six fields also trims for
-free: everything else is skipped on the wire without being built, which is what makes this
-several times cheaper than ``json.loads`` followed by ``trim_pod``.
+``k8s.io/api`` messages (docs/performance.md, "Kubernetes protobuf from Python"). A schema of only
+those six fields also trims for free: everything else is skipped on the wire without being built,
+which is what makes this several times cheaper than ``json.loads`` followed by ``trim_pod``.
 
 The fields are walked by the project's one protobuf reader, ``multusd.protobuf``, which also
 unwraps the envelope every body has (magic, ``runtime.Unknown``) and knows the watch stream's

@@ -1,8 +1,8 @@
 """NetworkAttachmentDefinition lookups: the watch cache first, one GET on a miss.
 
 Upstream HEAD reads NADs from its informer only, so a NAD created moments before its pod can be
-reported missing and the sandbox retried (reference §5.3). One GET on a cache miss closes that
-window at the cost of a request only when something is actually missing.
+reported missing and the sandbox retried (docs/upstream.md, "NAD lookups"). One GET on a cache miss
+closes that window at the cost of a request only when something is actually missing.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ async def cluster_network(netconf: NetConf) -> Delegate:
 
 
 async def named_network(per_pod: PerPod, name: str, netconf: NetConf) -> Delegate:
-    """Upstream ``getNetDelegate``: a cluster/default network given by name or path (§6.5)."""
+    """Upstream ``getNetDelegate``: a cluster/default network given by name or path
+    (docs/upstream.md, "Cluster and default networks")."""
     if "/" in name:
         return await asyncio.to_thread(resolve_on_disk, name, netconf.conf_dir)
     element = SelectionElement(name=name, namespace=netconf.multus_namespace)

@@ -82,7 +82,8 @@ def decode_object(data: bytes, what: str) -> dict[str, Any]:
 
 
 def delegate_from_bytes(data: bytes) -> Delegate:
-    """Upstream ``LoadDelegateNetConf`` without a selection element (reference §6.6.4)."""
+    """Upstream ``LoadDelegateNetConf`` without a selection element
+    (docs/upstream.md, "Delegates from config bytes")."""
     conf = decode_object(data, "LoadDelegateNetConf: error unmarshalling delegate config")
     name = conf.get("name", "")
     if conf.get("type"):
@@ -92,7 +93,7 @@ def delegate_from_bytes(data: bytes) -> Delegate:
     if not isinstance(plugins, list):
         raise invalid_config(f"{prefix}delegate must have the 'type' or 'plugin' field")
     if not plugins:
-        # Upstream indexes plugins[0] unchecked and crashes here (reference §12, quirk 13).
+        # Upstream indexes plugins[0] unchecked and crashes here (docs/upstream.md, quirk 13).
         raise invalid_config(f"{prefix}delegate must have at least one plugin")
     if not all(isinstance(p, dict) for p in plugins) or not plugins[0].get("type"):
         raise invalid_config(f"{prefix}a plugin delegate must have the 'type' field")

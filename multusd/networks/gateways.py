@@ -1,10 +1,10 @@
 """Default-route planning: which delegate keeps, loses or gains a default gateway.
 
 A pod usually gets its default route from the cluster network. The selection element's
-``default-route`` key moves it to another attachment; upstream then strips the default routes
-of *every* attachment and installs the requested gateway on the chosen one (reference §6.6.5,
-§6.9.6). Deciding that is pure and lives here; doing it in the pod's namespace and in the
-libcni result cache is :mod:`multusd.cni.routes`.
+``default-route`` key moves it to another attachment; upstream then strips the default routes of
+*every* attachment and installs the requested gateway on the chosen one
+(docs/upstream.md, "Default-route handling"). Deciding that is pure and lives here; doing it in the
+pod's namespace and in the libcni result cache is :mod:`multusd.cni.routes`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def plan_gateways(delegates: list[Delegate]) -> list[Delegate]:
 
 
 def route_actions(delegate: Delegate) -> RouteActions:
-    """The per-delegate decision of upstream ``CmdAdd`` right after the delegate's ADD (§6.9.6).
+    """The per-delegate decision of upstream ``CmdAdd`` right after the delegate's ADD
+    (docs/upstream.md, "Default-route handling").
 
     The caller applies it only when the delegate's result has interfaces or IPs. A non-empty
     request deletes the family's default routes even when that family's filter is off, so a

@@ -104,7 +104,8 @@ def _config_from_spec(nad: dict[str, Any], nad_name: str) -> bytes:
 def apply_selection(
     delegate: Delegate, element: SelectionElement, device_id: str, resource_name: str
 ) -> Delegate:
-    """Upstream ``LoadDelegateNetConf`` with a selection element (reference §6.6.4)."""
+    """Upstream ``LoadDelegateNetConf`` with a selection element
+    (docs/upstream.md, "Delegates from config bytes")."""
     device = device_id or element.device_id
     if device:
         delegate = with_device(delegate, device, resource_name if device_id else "")
@@ -135,7 +136,8 @@ async def nad_delegate(
     element: SelectionElement,
     netconf: NetConf,
 ) -> Delegate:
-    """Upstream ``getKubernetesDelegate`` (§6.6.3 steps 2–5) for one selection element."""
+    """Upstream ``getKubernetesDelegate`` (docs/upstream.md, "NAD to delegate", steps 2–5)
+    for one selection element."""
     kube = per_pod.kube
     try:
         nad = await kube.nads.get(element.namespace, element.name)

@@ -1,4 +1,4 @@
-"""The Multus ``NetConf``: the per-request configuration (reference §3.3 c, §6.1).
+"""The Multus ``NetConf``: the per-request configuration (docs/upstream.md, "Per-request NetConf").
 
 It is decoded from the incoming CNI config *after* the server-config override, so daemon-config
 keys win over the generated ``00-multus.conf``. Decoding follows Go: keys match ignoring case,

@@ -4,7 +4,7 @@ Tools (and users running ``kubectl get pod -o yaml``) parse this annotation, and
 pin it byte for byte, so it follows network-attachment-definition-client v1.7.6 exactly
 (``CreateNetworkStatuses`` and ``SetNetworkStatus``): field order, omitted empties, the 4-space
 indentation of each entry, and even the ``"<nil>"`` gateway of a default route without ``gw``
-(reference §6.9.7 and §12 quirk 14, kept so consumers see what they see today).
+(docs/upstream.md, "Network status" and quirk 14, kept so consumers see what they see today).
 """
 
 from __future__ import annotations

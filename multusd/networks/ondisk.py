@@ -38,7 +38,8 @@ def _subdirectory_plugins(config_dir: Path, list_name: str) -> list[bytes]:
 
 
 def load_conflist_file(path: Path) -> Delegate:
-    """A ``.conflist`` file as a lossless delegate (HEAD behaviour, reference §6.6.4).
+    """A ``.conflist`` file as a lossless delegate (HEAD behaviour,
+    docs/upstream.md, "Delegates from config bytes").
 
     The bytes are rebuilt from the list-level keys plus every plugin's own raw bytes, so that
     plugin-specific keys survive to DEL (the upstream fix for leaked IPs, #1521/#1536).
@@ -119,7 +120,8 @@ def find_by_name(conf_dir: Path, name: str) -> Delegate | None:
 
 
 def resolve_on_disk(name: str, conf_dir: str) -> Delegate:
-    """Resolve a ``clusterNetwork``/``defaultNetworks`` entry without Kubernetes (§6.5)."""
+    """Resolve a ``clusterNetwork``/``defaultNetworks`` entry without Kubernetes
+    (docs/upstream.md, "Cluster and default networks")."""
     try:
         if "/" in name:
             os.stat(name)

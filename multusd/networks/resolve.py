@@ -80,8 +80,8 @@ async def _rebuild(
     netconf: NetConf, pod: dict[str, Any], kube: KubeNetworks | None
 ) -> list[Delegate]:
     """No delegate cache (lost, or an older daemon's): rebuild the list as an ADD would
-    (§7.1 step 6), without device allocation. A cluster-network failure fails the DEL; a
-    pod-network failure only when nothing at all could be rebuilt."""
+    (docs/upstream.md, "DEL", step 3), without device allocation. A cluster-network failure fails
+    the DEL; a pod-network failure only when nothing at all could be rebuilt."""
     delegates = await cluster_and_default_networks(netconf, pod, kube)
     try:
         return await with_pod_networks(netconf, pod, kube, delegates)
@@ -142,7 +142,8 @@ def hotplug_delegate(config: bytes, ifname: str, attributes: dict[str, Any] | No
 async def cluster_network_list(
     netconf: NetConf, kube: KubeNetworks | None = None
 ) -> NetworkConfigList:
-    """The cluster network as a conflist, for the node-level verbs (GC and STATUS, §7.3–7.4).
+    """The cluster network as a conflist, for the node-level verbs (GC and STATUS:
+    docs/upstream.md, "STATUS" and "GC").
 
     A single-plugin config becomes a one-plugin list, as libcni does; libcni then applies its
     1.1.0 gate to the list, which skips old plugins as upstream's single-plugin path does.

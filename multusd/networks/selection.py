@@ -1,5 +1,5 @@
 """The network-selection annotations: ``k8s.v1.cni.cncf.io/networks`` and the default-network
-override ``v1.multus-cni.io/default-network`` (reference §6.6.1–6.6.2).
+override ``v1.multus-cni.io/default-network`` (docs/upstream.md, "Network-selection annotations").
 
 Users write these by hand and upstream's ``parsePodNetworkAnnotation`` is lenient in odd places
 (an empty name after a trailing comma, unvalidated names in the JSON form) and strict in others

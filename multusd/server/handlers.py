@@ -78,7 +78,8 @@ class _BodyError(CNIError):
 
 
 def build_cmd_args(env: dict[str, str], config: bytes, *, pod_context: bool = False) -> CmdArgs:
-    """Upstream ``extractCniData`` (reference §2.4 steps 2–5), without the override.
+    """Upstream ``extractCniData`` (docs/upstream.md, "Request handling (/cni)", steps 2–5), without
+    the override.
 
     ``pod_context`` demands the pod's variables for every command (``/delegate`` does).
     """
@@ -92,7 +93,7 @@ def build_cmd_args(env: dict[str, str], config: bytes, *, pod_context: bool = Fa
     if "CNI_CONTAINERID" not in env:
         raise _env_error(prefix + "missing CNI_CONTAINERID")
     # Upstream also demands CNI_NETNS on DEL, where the spec makes it optional; a runtime that
-    # omits it would never get its delegates deleted (reference §12 quirk 12). Not here.
+    # omits it would never get its delegates deleted (docs/upstream.md, quirk 12). Not here.
     if "CNI_NETNS" not in env and command != "DEL":
         raise _env_error(prefix + "missing CNI_NETNS")
     if "CNI_ARGS" not in env:
@@ -202,7 +203,8 @@ class Handlers:
 
     @functools.cached_property
     def hotplug_settings(self) -> NetConf:
-        """``/delegate``'s Multus settings: defaults overlaid with the daemon config (§2.5).
+        """``/delegate``'s Multus settings: defaults overlaid with the daemon config
+        (docs/upstream.md, "Hot-plug (/delegate)").
 
         The daemon config was validated at start-up with the same field types.
         """

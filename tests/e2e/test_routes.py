@@ -1,4 +1,5 @@
-"""Default-route edits in a real namespace and on real libcni cache files (reference §6.9.6)."""
+"""Default-route edits in a real namespace and on real libcni cache files
+(docs/upstream.md, "Default-route handling")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Upstream's log shape: ``<RFC3339> [<level>] <message>`` and its four levels (§8.3)."""
+"""Upstream's log shape: ``<RFC3339> [<level>] <message>`` and its four levels
+(docs/upstream.md, "Logging")."""
 
 from __future__ import annotations
 

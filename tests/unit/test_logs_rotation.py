@@ -1,4 +1,5 @@
-"""Lumberjack-style rotation of the log file (reference §8.3): size, count, age, gzip."""
+"""Lumberjack-style rotation of the log file (docs/upstream.md, "Logging"): size, count, age,
+gzip."""
 
 from __future__ import annotations
 

@@ -3,9 +3,10 @@
 Upstream (``pkg/netutils``) edits both places right after the delegate's ADD: the kernel
 routes, so the pod really uses the requested gateway, and the cached result, so that CHECK and
 DEL later see what the pod has (after a gateway request every attachment loses all its default
-routes and only the requesting one gets one back: docs/compatibility.md, "The upstream quirks,
-one by one"). The plan itself comes from :mod:`multusd.networks.gateways`. Netlink work runs in
-a namespace thread, file work in a worker thread; nothing here blocks the event loop.
+routes and only the requesting one gets one back:
+docs/compatibility.md, "The upstream quirks, one by one"). The plan itself comes from
+:mod:`multusd.networks.gateways`. Netlink work runs in a namespace thread, file work in a worker
+thread; nothing here blocks the event loop.
 
 One module per place, because they share nothing but the plan:
 

@@ -1,4 +1,5 @@
-"""``CNI_ARGS``: the daemon's strict envelope split and libcni's ``K8sArgs`` (reference §6.2)."""
+"""``CNI_ARGS``: the daemon's strict envelope split and libcni's ``K8sArgs``
+(docs/upstream.md, "CNI_ARGS, parsed twice")."""
 
 from __future__ import annotations
 

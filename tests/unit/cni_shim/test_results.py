@@ -147,7 +147,7 @@ def test_convert_returns_new_dicts() -> None:
 
 
 def test_shim_prints_daemon_result_at_031() -> None:
-    """multus-behavior §1.5: a 1.1.0 daemon result printed by a 0.3.1 shim."""
+    """A 1.1.0 daemon result printed by a 0.3.1 shim (docs/upstream.md, "Shim output")."""
     daemon = {
         "cniVersion": "1.1.0",
         "interfaces": [{"name": "eth0", "mac": "aa:bb:cc:dd:ee:ff", "sandbox": "/var/run/netns/x"}],

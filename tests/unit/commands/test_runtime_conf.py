@@ -1,4 +1,5 @@
-"""Per-delegate runtime conf: interface names, ``CNI_ARGS`` and capability args (§6.9.1–2)."""
+"""Per-delegate runtime conf: interface names, ``CNI_ARGS`` and capability args
+(docs/upstream.md, "Delegate runtime config and CNI_ARGS")."""
 
 from __future__ import annotations
 

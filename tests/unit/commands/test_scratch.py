@@ -1,4 +1,5 @@
-"""The delegate ("scratch") cache: upstream HEAD's byte layout (reference §6.8) and its I/O."""
+"""The delegate ("scratch") cache: upstream HEAD's byte layout (docs/upstream.md, "Delegate cache")
+and its I/O."""
 
 from __future__ import annotations
 

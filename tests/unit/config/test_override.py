@@ -1,4 +1,5 @@
-"""The server-config override (reference §2.4.1): daemon-config keys win, bytes re-encoded."""
+"""The server-config override (docs/upstream.md, "Server-config override"): daemon-config keys win,
+bytes re-encoded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Delegates from config bytes and from disk (reference §6.5, §6.6.4), on real files."""
+"""Delegates from config bytes and from disk (docs/upstream.md, "Cluster and default networks"
+and "Delegates from config bytes"), on real files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Default-route planning (reference §6.6.5 and §6.9.6), cases after upstream's conf_test.go."""
+"""Default-route planning (docs/upstream.md, "Default-route handling"), cases after upstream's
+conf_test.go."""
 
 from __future__ import annotations
 

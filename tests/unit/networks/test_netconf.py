@@ -1,4 +1,4 @@
-"""The per-request Multus ``NetConf`` (reference §3.3c, §6.1)."""
+"""The per-request Multus ``NetConf`` (docs/upstream.md, "Per-request NetConf")."""
 
 from __future__ import annotations
 

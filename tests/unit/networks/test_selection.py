@@ -1,4 +1,5 @@
-"""The network-selection annotations (reference §6.6.1–6.6.2), with upstream's cases.
+"""The network-selection annotations (docs/upstream.md, "Network-selection annotations"), with
+upstream's cases.
 
 Cases marked "upstream" come from ``pkg/k8sclient/k8sclient_test.go`` and
 ``pkg/multus/multus_cni100_test.go`` (same inputs, same outcome or error text); the others pin

@@ -1,4 +1,5 @@
-"""``/cni`` request validation before any command runs (reference §2.4 steps 2–6)."""
+"""``/cni`` request validation before any command runs (docs/upstream.md, "Request handling (/cni)",
+steps 2–6)."""
 
 from __future__ import annotations
 
