@@ -69,10 +69,14 @@ it exits: a bridge pod's veth pair and its kernel objects hold ~86 KiB of kernel
 cgroup until its DEL (50 ADDs one at a time: +4.2 MiB, +0.8 left after their DELs); the usage
 read counts them. Heavier delegates need a bigger figure (the ``estimate`` parameter)."""
 
-RESERVE_BYTES = 2 * MiB
-"""Headroom kept free of plugins, for what the cgroup gains without asking admission: the
-daemon itself as the requests of a burst are read. ``server.intake`` reads at most
-``maxActiveRequests`` (32) CNI requests at once, ~50 KiB each while in the daemon, so 2 MiB.
+RESERVE_BYTES = PLUGIN_EXEC_BYTES
+"""Headroom no ADD may take: one DEL's worth. A DEL is what gives memory back -- each pod's
+interfaces hold kernel memory in this cgroup until its DEL runs (~86 KiB a bridge pod, see
+above) -- so if ADDs could fill the cgroup, the DELs that would empty it could not start, and
+every one would wait for its deadline (measured with no reserve for the first ADD: 200 of 200
+DELs refused, 145 caches and 136 addresses left). With this reserve ADDs stop while a DEL still
+fits, and DELs run one at a time at least. It also covers the daemon itself as the requests of
+a burst are read (``server.intake`` reads at most ``maxActiveRequests``, ~50 KiB each).
 
 The probes are not covered: our manifests' probes are the kubelet's ``httpGet`` of
 ``healthPort`` (``server.health``), no process in the cgroup. An exec probe (``multusd probe``)
@@ -320,16 +324,15 @@ class _Waiter:
 class MemoryAdmission:
     """Admits plugin executions while the cgroup's headroom covers one more (module docstring).
 
-    An execution is admitted when ``headroom >= estimate x (running + 1) + reserve``, without
-    the reserve when no plugin runs (the reserve then holds nothing back for anyone):
+    An execution is admitted when ``headroom >= estimate x (running + 1) + reserve``:
 
     * each running plugin is counted at ``estimate`` although the usage read may already
       include part of it, because one that has just been started has not been charged yet, and
       admitting on a reading taken before that charge lands is how 30 starts at once would all
       see the same free memory. The bound is conservative by up to one estimate per running
       plugin; on two cores a handful of plugins at once already uses the CPU;
-    * ``reserve`` (:data:`RESERVE_BYTES`) is for what grows without asking: the daemon itself
-      as the requests of a burst are read.
+    * ``reserve`` (:data:`RESERVE_BYTES`) keeps one DEL's worth free of ADDs, and covers what
+      grows without asking: the daemon itself as the requests of a burst are read.
       A DEL's execution may use it. A DEL gives memory back: its pod's interfaces hold kernel
       memory in this cgroup until it runs, so DELs that waited for the reserve could wait for
       good once enough pods are up. And a DEL refused is a DEL lost: the shim answers 0 to any
@@ -409,11 +412,7 @@ class MemoryAdmission:
             log.warning("memory admission: cannot read the cgroup (%s); admitting", exc)
             return True
         self._last = reading
-        # With nothing running the reserve holds nothing back for anyone: the requests waiting
-        # for this plugin cannot grow the daemon meanwhile, and holding it back only runs them
-        # into their deadlines. So the first plugin needs only its own room.
-        reserve = 0 if urgent or self.running == 0 else self.reserve
-        need = self.estimate * (self.running + 1) + reserve
+        need = self.estimate * (self.running + 1) + (0 if urgent else self.reserve)
         return reading is None or reading.headroom >= need
 
     async def _acquire(self, deadline: float | None, what: str, urgent: bool) -> None:

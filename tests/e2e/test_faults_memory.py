@@ -143,7 +143,7 @@ async def test_no_room_until_the_deadline_is_code_11_and_leaves_nothing(
         warm = pod_env(await netns())
         assert (await run_shim(shim_path, "ADD", config, env=warm)).returncode == 0
         assert (await run_shim(shim_path, "DEL", config, env=warm)).returncode == 0
-        cgroup.set_limit(cgroup.working_set() + PLUGIN_EXEC_BYTES // 2)  # not one plugin
+        cgroup.set_limit(cgroup.working_set() + PLUGIN_EXEC_BYTES + RESERVE_BYTES // 2)
         env = pod_env(await netns())
         added = await run_shim(shim_path, "ADD", config, env=env)
         assert added.returncode != 0
