@@ -28,7 +28,8 @@ import aiohttp
 from bench.common import REPO, chart, proc_mib, report
 from multusd.k8s import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
-from multusd.k8s.reflector import Reflector, ReflectorSettings
+from multusd.k8s.reflector.base import ReflectorSettings
+from multusd.k8s.reflector.loop import Reflector
 from multusd.k8s.store import Store, trim_pod
 from multusd.kubesim import KubeSim, podproto, protoencode
 from multusd.kubesim.encoding import JSON, PROTOBUF

@@ -47,7 +47,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from multusd.cni.admission import MiB, memory_mount
+from multusd.cni.admission import MiB
+from multusd.cni.cgroup import memory_mount
 
 NAME = "memory_limit"
 LIMIT_MIB = 50

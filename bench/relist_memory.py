@@ -32,7 +32,7 @@ from typing import Any
 
 from bench.common import REPO, proc_mib, report
 from bench.informer import bench_client, deep_size, force_relist, pods_reflector, realistic_pod
-from multusd.k8s.reflector import ReflectorSettings
+from multusd.k8s.reflector.base import ReflectorSettings
 from multusd.k8s.store import Store
 from multusd.kubesim import KubeSim
 from multusd.kubesim.operations import create

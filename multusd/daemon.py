@@ -1,9 +1,10 @@
 """The supervisor: start in order, serve until a signal, shut down in phases, pick the exit code.
 
-It is the only code that decides the process's fate. Start-up resources are entered on one
-``AsyncExitStack`` and unwound in reverse, so a failure half-way through start-up still removes
-the socket it bound; a background task that dies ends the daemon with a non-zero exit instead
-of leaving a process that answers probes but no longer works.
+It is the only code that decides the process's fate. Start-up resources (what each is made of:
+``multusd/daemon_parts.py``) are entered on one ``AsyncExitStack`` and unwound in reverse, so a
+failure half-way through start-up still removes the socket it bound; a background task that
+dies ends the daemon with a non-zero exit instead of leaving a process that answers probes but
+no longer works.
 
 Order, as upstream: wait for the readiness indicator and the primary CNI config, bind the
 socket (so a second daemon is refused at once), connect to the API server and fill the pod and
@@ -31,47 +32,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-
 from multusd import logs
-from multusd.cni.invoke import SubprocessExecutor
-from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
 from multusd.config.manager import ConfigManager
 from multusd.config.readiness import (
     ReadinessSettings,
-    stat_per_request,
     wait_for_file,
     watch_until_removed,
 )
 from multusd.config.static import install_static_config
-from multusd.errors import EXIT_READINESS_LOST, EXIT_SERVER, StartupError
-from multusd.k8s.client import ClientSettings, ClusterConfig
-from multusd.k8s.cluster import Cluster, running_cluster
-from multusd.k8s.devices import device_map_for_pod_object
-from multusd.k8s.kubeconfig import load_cluster_config
-from multusd.k8s.nads import NadLookup
-from multusd.k8s.pods import PodLookup, PodLookupSettings
-from multusd.metrics import Metrics, Recorder
-from multusd.networks.nad_delegates import KubeNetworks
-from multusd.server.app import build_app
-from multusd.server.concurrency import RequestGate
-from multusd.server.handlers import DaemonState, Handlers
-from multusd.server.health import HOST as HEALTH_HOST
-from multusd.server.health import health_site
-from multusd.server.listener import UnixSocketSite
-from multusd.server.socket import BoundSocket, bind_socket, prepare_socket_dir
+from multusd.daemon_parts import bound, cluster_or_none, metrics_site, serving
+from multusd.errors import EXIT_READINESS_LOST
+from multusd.server.handlers import DaemonState
 
 log = logging.getLogger(__name__)
 
@@ -171,176 +153,6 @@ def use_pidfd_child_watcher(loop: asyncio.AbstractEventLoop) -> None:
     watcher.attach_loop(loop)
 
 
-def wants_kubernetes(config: DaemonConfig, environ: Mapping[str, str]) -> bool:
-    """Kubernetes mode when there is a way to reach an API server; else delegates from disk.
-
-    Upstream always requires the in-cluster client; we also run without one (demo, local
-    development, and the no-Kubernetes mode upstream's thin plugin has).
-    """
-    return bool(
-        config.kubeconfig or environ.get("KUBECONFIG") or environ.get("KUBERNETES_SERVICE_HOST")
-    )
-
-
-@contextlib.contextmanager
-def bound(config: DaemonConfig) -> Iterator[BoundSocket]:
-    if os.geteuid() != 0:
-        raise StartupError(
-            "failed to run multus-daemon with root: permission denied, "
-            f"now running in uid: {os.geteuid()}"
-        )
-    prepare_socket_dir(config.socket_dir)
-    sock = bind_socket(config.socket_path)
-    try:
-        yield sock
-    finally:
-        sock.sock.close()
-        sock.unlink()
-
-
-@contextlib.asynccontextmanager
-async def cluster_or_none(
-    config: DaemonConfig, environ: Mapping[str, str], state: DaemonState, stop: asyncio.Event
-) -> AsyncIterator[Cluster | None]:
-    if not wants_kubernetes(config, environ):
-        log.info("no kubeconfig and not in a cluster: serving delegates from disk only")
-        state.ready_reason = "no Kubernetes"
-        yield None
-        return
-    try:
-        cluster_config: ClusterConfig = await asyncio.to_thread(
-            load_cluster_config, config.kubeconfig, environ
-        )
-    except StartupError:
-        raise
-    except Exception as exc:
-        raise StartupError(f"failed to create kube client: {exc}", EXIT_SERVER) from exc
-    log.info("Kubernetes API %s (%s)", cluster_config.server, cluster_config.source)
-
-    def failed(reason: str) -> None:
-        log.error("%s: exiting", reason)
-        state.failure = reason
-        stop.set()
-
-    settings = ClientSettings(
-        qps=config.kube_client_qps,
-        burst=config.kube_client_burst,
-        protobuf_pods=config.kube_client_protobuf,
-    )
-    node = environ.get("MULTUS_NODE_NAME", "")
-    if not node:
-        log.error("MULTUS_NODE_NAME is not set: caching every pod of the cluster")
-    async with running_cluster(cluster_config, settings, node_name=node, on_failure=failed) as c:
-        log.info(
-            "waiting for the caches (%s) for up to %gs",
-            ", ".join(r.name for r in c.reflectors),
-            config.cache_sync_timeout,
-        )
-        if not await c.wait_synced(config.cache_sync_timeout):
-            log.error(
-                "failed to sync pod/NAD caches: not synced after %gs: serving anyway",
-                config.cache_sync_timeout,
-            )
-
-        def refresh() -> None:
-            state.ready_reason = ready_reason(c, config.cache_sync_timeout)
-
-        refresh()
-        c.client.contacts.on_change = refresh  # flips only: a watch lost or back, an outage
-        try:
-            yield c
-        finally:
-            c.client.contacts.on_change = None
-
-
-def ready_reason(cluster: Cluster, sync_timeout: float) -> str:
-    """What ``/readyz`` says of the caches: ``caches synced``, or why not, then one phrase per
-    cache that is failing against the API server now (its status code stays 200: a pod in the
-    cache can still be served, and the shim must not refuse it)."""
-    health = cluster.health()
-    if health.synced:
-        base = "caches synced"
-    else:
-        base = f"caches not synced after {sync_timeout:g}s: serving anyway"
-    return "; ".join([base, *health.problems()])
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    sock: BoundSocket, config: DaemonConfig, raw: dict[str, Any], state: DaemonState,
-    *, cluster: Cluster | None, metrics: Recorder, cancel_timeout: float,
-) -> AsyncIterator[web.AppRunner]:  # fmt: skip
-    """Serve ``/cni`` on the bound socket until the context exits.
-
-    On exit, a request still running gets ``cancel_timeout`` to finish, is then cancelled and
-    gets ``cancel_timeout`` for its cancellation (aiohttp's ``shutdown_timeout``; its default,
-    60 s for each, is what made a hung plugin hold SIGTERM for up to two minutes).
-    """
-    pods = events = networks = None
-    if cluster is not None:
-        pods = PodLookup(
-            cluster.client,
-            cluster.pods,
-            PodLookupSettings(
-                live_get_timeout=config.pod_get_timeout,
-                direct_get=config.benchmark_direct_pod_get,
-            ),
-        )
-        events = cluster.events
-        networks = KubeNetworks(
-            nads=NadLookup(cluster.client, cluster.nads, get_timeout=config.pod_get_timeout),
-            events=events,
-            devices=functools.partial(
-                device_map_for_pod_object,
-                socket_path=config.kubelet_pod_resources_socket,
-                checkpoint_path=config.device_checkpoint_file,
-            ),
-        )
-    services = Services(
-        executor=SubprocessExecutor(chroot_dir=config.chroot_dir or None),
-        plugin_timeout=config.plugin_timeout,
-        pods=pods,
-        events=events,
-        networks=networks,
-        metrics=metrics,
-    )
-    handlers = Handlers(
-        services=services,
-        daemon_raw=raw,
-        config=config,
-        ignore_readiness=config.is_auto,
-        state=state,
-        gate=RequestGate(config.connection_limit),
-        readiness_check=_readiness_stat(config),
-    )
-    app = build_app(handlers, max_request_bytes=config.max_request_bytes, metrics=metrics)
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=cancel_timeout
-    )
-    await runner.setup()
-    try:
-        await UnixSocketSite(runner, sock.sock, handlers).start()
-        log.info("listening on %s (%s)", config.socket_path, state.ready_reason)
-        async with contextlib.AsyncExitStack() as probes:
-            if config.health_port is not None:
-                port = await probes.enter_async_context(health_site(handlers, config.health_port))
-                log.info("probes on %s:%d (/healthz, /readyz)", HEALTH_HOST, port)
-            yield runner
-    finally:
-        if state.in_flight:
-            log.error("shutdown: cancelling %d request(s)", state.in_flight)
-        await runner.cleanup()
-
-
-def _readiness_stat(config: DaemonConfig) -> Callable[[], Awaitable[None]] | None:
-    """The per-request readiness stat of ``benchmarkReadinessStat``, or ``None`` (the watch)."""
-    path = config.readiness_indicator_file
-    if not (path and config.benchmark_readiness_stat):
-        return None
-    settings = ReadinessSettings()
-    return lambda: stat_per_request(path, settings)
-
-
 async def _wait_idle(state: DaemonState, limit: float) -> None:
     """Phase 2 of shutdown: let in-flight requests finish, for up to ``limit`` seconds."""
     if state.in_flight == 0:
@@ -352,25 +164,6 @@ async def _wait_idle(state: DaemonState, limit: float) -> None:
             await idle.wait()
     if state.in_flight:
         log.error("shutdown: %d request(s) still running after %.0fs", state.in_flight, limit)
-
-
-@contextlib.asynccontextmanager
-async def metrics_site(
-    config: DaemonConfig, state: DaemonState, cluster: Cluster | None
-) -> AsyncIterator[Recorder]:
-    """Prometheus metrics on ``metricsPort`` when it is set; a no-op recorder otherwise."""
-    if config.metrics_port is None:
-        yield Recorder()
-        return
-    metrics = Metrics(in_flight=lambda: state.in_flight)
-    if cluster is not None:
-        metrics.watch_bucket(cluster.client.bucket.statistics)
-        metrics.watch_cache("pods", cluster.pods.statistics)
-        metrics.watch_cache("network-attachment-definitions", cluster.nads.statistics)
-        cluster.client.on_bucket_wait = metrics.observe_bucket_wait
-    async with metrics.serve(config.metrics_port) as port:
-        log.info("metrics on :%d/metrics", port)
-        yield metrics
 
 
 def _own(

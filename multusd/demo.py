@@ -8,12 +8,7 @@ on a bridge plus the pod's two extra networks (a bridge, and a macvlan with a fi
 with the real CNI plugins. It shows the result, the interfaces inside the namespace and the
 pod's network-status annotation, then removes everything it created.
 
-Why every path is spelled out: the demo runs on a developer's machine, not on a node, so it
-must write nothing outside its temp dir. The daemon's defaults (``cniConfigDir``
-``/etc/cni/net.d``, ``cniDir`` ``/var/lib/cni/multus``, ``socketDir`` ``/run/multus``) and the
-plugins' (host-local's ``dataDir`` ``/var/lib/cni/networks``, tuning's ``/run/cni/tuning``) are
-all node paths, so the daemon config and every network config the demo uses name a directory
-of the temp dir instead; the example NADs keep the plugins' defaults, which are right on a node.
+Where it writes, and why every path is spelled out: its rig, ``multusd/demo_rig.py``.
 The namespace is pinned on a file of the temp dir (``unshare --net=FILE``), not made with
 ``ip netns add``, which would create ``/run/netns`` on a host that has none; and every host
 interface the demo creates is named ``mdemo<tag>...`` (the example bridge is renamed too).
@@ -23,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.resources
 import json
 import os
 import shutil
@@ -41,11 +35,12 @@ from typing import Any
 
 import yaml
 
+from multusd.demo_rig import NODE, DemoDirs, cluster_network, daemon_config, example, nad
+
 EXIT_UNAVAILABLE = 2
 PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 NEEDED_PLUGINS = ("bridge", "host-local")
 TOOLS = ("ip", "unshare", "nsenter", "umount")
-SUBNET = "10.250.77.0/24"
 
 
 def find_plugin_dir() -> str | None:
@@ -112,10 +107,6 @@ def _shim(shim: Path, command: str, env: dict[str, str], config: bytes) -> str:
     return out
 
 
-EXAMPLES = "demo_examples"  # package data of multusd (pyproject.toml)
-NODE = "demo-node"
-
-
 @contextlib.contextmanager
 def _kubesim(workdir: Path) -> Iterator[str]:
     """The API emulator as a subprocess; yields its base URL (plain http on loopback)."""
@@ -152,126 +143,12 @@ def _api(server: str, method: str, path: str, body: dict[str, Any] | None = None
         return json.loads(response.read())
 
 
-def example(name: str) -> dict[str, Any]:
-    """One of the packaged example manifests, parsed."""
-    resource = importlib.resources.files("multusd").joinpath(EXAMPLES, name)
-    if not resource.is_file():
-        raise RuntimeError(f"{resource} is missing: the multusd package is incomplete")
-    loaded: dict[str, Any] = yaml.safe_load(resource.read_text(encoding="utf-8"))
-    return loaded
-
-
-@dataclass(frozen=True)
-class DemoDirs:
-    """Where the demo keeps what the daemon, the runtime and the plugins keep on a node: all of
-    it in the temp dir (see the module doc)."""
-
-    workdir: Path
-
-    @property
-    def conf_dir(self) -> Path:  # the runtime's CNI conf dir: cniConfigDir
-        return self.workdir / "net.d"
-
-    @property
-    def run(self) -> Path:  # socketDir
-        return self.workdir / "run"
-
-    @property
-    def ipam(self) -> Path:  # host-local: one subdirectory per network
-        return self.workdir / "ipam"
-
-    @property
-    def tuning(self) -> Path:  # tuning: the interfaces' original settings
-        return self.workdir / "tuning"
-
-    @property
-    def netns(self) -> Path:  # the pod's namespace, pinned on this file
-        return self.workdir / "netns"
-
-    @property
-    def kubelet(self) -> Path:  # never created: the daemon finds no devices there
-        return self.workdir / "kubelet"
-
-
-def daemon_config(dirs: DemoDirs, plugin_dir: str, cluster: Path) -> dict[str, Any]:
-    """The daemon config: every directory and file the daemon reads or writes named explicitly
-    (docs/configuration.md lists each key and its node default)."""
-    workdir = dirs.workdir
-    return {
-        "cniVersion": "1.0.0",
-        # Non-auto mode: the daemon installs this file into cniConfigDir, as on a node.
-        "multusConfigFile": str(workdir / "00-multus.conf"),
-        "cniConfigDir": str(dirs.conf_dir),
-        "socketDir": str(dirs.run),
-        "binDir": plugin_dir,
-        "cniDir": str(workdir / "cache"),
-        "confDir": str(workdir / "multus.d"),
-        "clusterNetwork": str(cluster),
-        "kubeconfig": str(workdir / "kubeconfig"),
-        "kubeletPodResourcesSocket": str(dirs.kubelet / "pod-resources" / "kubelet.sock"),
-        "deviceCheckpointFile": str(
-            dirs.kubelet / "device-plugins" / "kubelet_internal_checkpoint"
-        ),
-        "logLevel": "verbose",
-        "logToStderr": True,
-    }
-
-
-def cluster_network(dirs: DemoDirs, bridge: str) -> dict[str, Any]:
-    """The cluster network: a bridge with host-local addresses from ``SUBNET``."""
-    return confine(
-        {
-            "cniVersion": "1.0.0",
-            "name": "demo-net",
-            "plugins": [
-                {
-                    "type": "bridge",
-                    "bridge": bridge,
-                    "isGateway": True,
-                    "ipMasq": False,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": SUBNET}]],
-                        "routes": [{"dst": "0.0.0.0/0", "gw": "10.250.77.1"}],
-                    },
-                }
-            ],
-        },
-        dirs,
-    )
-
-
-def confine(config: dict[str, Any], dirs: DemoDirs) -> dict[str, Any]:
-    """``config`` (a CNI config or conflist) with its plugins' state under the demo's dirs."""
-    for plugin in config.get("plugins", [config]):
-        ipam = plugin.get("ipam")
-        if isinstance(ipam, dict) and ipam.get("type") == "host-local":
-            ipam["dataDir"] = str(dirs.ipam)
-        if plugin.get("type") == "tuning":
-            plugin["dataDir"] = str(dirs.tuning)
-    return config
-
-
-def _nad(name: str, dirs: DemoDirs, **changes: str) -> dict[str, Any]:
-    """An example NAD with ``changes`` made in the plugins that have those keys, confined."""
-    nad = example(name)
-    config = json.loads(nad["spec"]["config"])
-    unused = set(changes)
-    for plugin in config.get("plugins", [config]):
-        plugin.update({k: v for k, v in changes.items() if k in plugin})
-        unused -= set(plugin)
-    if unused:  # the example changed under the demo: say so rather than run it unchanged
-        raise RuntimeError(f"{name}: no plugin has {', '.join(sorted(unused))}")
-    nad["spec"]["config"] = json.dumps(confine(config, dirs))
-    return nad
-
-
 def _seed(server: str, dirs: DemoDirs, bridge: str, parent: str) -> str:
     """The example NADs (the bridge renamed, the macvlan on our veth) and pod (on our node);
     the pod's UID."""
     nads = "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions"
-    _api(server, "POST", nads, _nad("bridge-nad.yaml", dirs, bridge=bridge))
-    _api(server, "POST", nads, _nad("macvlan-nad.yaml", dirs, master=parent))
+    _api(server, "POST", nads, nad("bridge-nad.yaml", dirs, bridge=bridge))
+    _api(server, "POST", nads, nad("macvlan-nad.yaml", dirs, master=parent))
     pod = example("pod.yaml")
     pod["spec"]["nodeName"] = NODE
     created = _api(server, "POST", "/api/v1/namespaces/default/pods", pod)

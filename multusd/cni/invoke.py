@@ -5,7 +5,8 @@ callers can swap the process boundary (cni ``invoke.Exec``). :class:`SubprocessE
 real one. It owns the process for its whole life: each plugin leads its own process group, and on
 a timeout or a cancellation the *group* is terminated, killed if it lingers, and reaped before
 control returns, because asyncio does none of that by itself and a leaked plugin (or a script's
-``sleep`` child, which outlives a killed shell) keeps holding netns and IPAM state.
+``sleep`` child, which outlives a killed shell) keeps holding netns and IPAM state. How a group
+is ended, and the daemon made the subreaper of its orphans, is :mod:`multusd.cni.reaper`.
 
 How long a plugin may run is the shorter of the executor's ``timeout`` and the deadline of the
 request it runs for (:func:`plugin_deadline`, a context variable the server sets per request):
@@ -21,7 +22,6 @@ import contextvars
 import errno
 import logging
 import os
-import signal
 import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -38,6 +38,7 @@ from cni_shim.goquote import go_quote
 from cni_shim.gosyscall import errno_text, exit_text
 from multusd.cni.admission import MemoryAdmission
 from multusd.cni.admission import shared as shared_admission
+from multusd.cni.reaper import kill_and_reap
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,6 @@ UNKNOWN = 0
 #: plugin did not fail on its own: the runtime retrying is the useful reaction.
 TIMEOUT_CODE = errors.TRY_AGAIN_LATER
 
-REAP_WAIT = 1.0
-"""How long a killed group's other members are waited for after the plugin itself is reaped."""
 
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "multusd_plugin_deadline", default=None
@@ -97,27 +96,6 @@ def counting_starts() -> Iterator[Starts]:
         yield starts
     finally:
         _starts.reset(token)
-
-
-def adopt_orphans() -> bool:
-    """Make this process a child subreaper, so a killed plugin's descendants are reparented here.
-
-    A shell plugin killed with its group leaves its children (already killed) to be reaped by
-    whoever inherits them: PID 1, which in a container may be the daemon itself and otherwise
-    may never reap them. As a subreaper the daemon inherits them and :class:`SubprocessExecutor`
-    reaps every member of a group it killed. Process-wide, hence called once by the daemon, not
-    by the executor. ``False`` where ``prctl`` is unavailable (the orphans then go to PID 1).
-    """
-    import ctypes  # only the daemon pays for it, once
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
-
-
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 class LibcniError(CNIError):
@@ -297,14 +275,14 @@ class SubprocessExecutor:
             async with asyncio.timeout(limit):
                 stdout, stderr = await proc.communicate(stdin)
         except TimeoutError:
-            await _kill_and_reap(proc, self.kill_grace)
+            await kill_and_reap(proc, self.kill_grace)
             raise CNIError(
                 TIMEOUT_CODE,
                 f"netplugin {path} did not finish within {limit:.3g}s{why} and was killed",
             ) from None
         except BaseException:
             # Cancellation (or anything else): never leave the plugin running behind us.
-            await _kill_and_reap(proc, self.kill_grace)
+            await kill_and_reap(proc, self.kill_grace)
             raise
         returncode = proc.returncode
         assert returncode is not None  # communicate() returns only after the process exited
@@ -327,7 +305,7 @@ class SubprocessExecutor:
                     env=dict(env),
                     preexec_fn=preexec,  # chroot must happen in the child only
                     close_fds=True,
-                    # Its own session, so its own group: killed and reaped as one (_terminate).
+                    # Its own session, so its own group: killed and reaped as one (reaper.py).
                     # (Not process_group=0: uvloop, our --loop option, does not take it.)
                     start_new_session=True,
                 )
@@ -345,25 +323,6 @@ class SubprocessExecutor:
                 raise plugin_error(reason, b"", b"") from exc
 
 
-async def _kill_and_reap(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """SIGTERM, ``grace`` seconds, SIGKILL, then wait for the exit -- even if cancelled again.
-
-    A repeated cancellation while we reap is absorbed and re-raised afterwards, so the caller
-    never gets control back while the plugin still exists.
-    """
-    reaper = asyncio.ensure_future(_terminate(proc, grace))
-    cancelled = False
-    while not reaper.done():
-        try:
-            await asyncio.shield(reaper)
-        except asyncio.CancelledError:
-            if reaper.cancelled():
-                break
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-
-
 def _limit(timeout: float | None, deadline: float | None) -> tuple[float | None, str]:
     """Seconds this run may take and, when the request's deadline is the tighter bound, why."""
     if deadline is None:
@@ -372,54 +331,3 @@ def _limit(timeout: float | None, deadline: float | None) -> tuple[float | None,
     if timeout is None or remaining < timeout:
         return remaining, " (the request's deadline)"
     return timeout, ""
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _reap_group(pgid: int) -> bool:
-    """Reap the group's exited members that are our children; ``True`` while any remain.
-
-    Called only once the leader itself is reaped, so it can never take the leader's status
-    from asyncio's child watcher. Members are our children when we are a subreaper
-    (:func:`adopt_orphans`) or PID 1.
-    """
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-pgid, os.WNOHANG)[0]:
-            pass
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """SIGTERM to the group, ``grace`` seconds, SIGKILL to the group, reap.
-
-    The grace ends early once the leader is gone and no member of its group is left. The group
-    id is the leader's pid, which cannot be reused before the leader is reaped; after that a
-    signal is only sent while the group still has members, so it cannot reach a stranger.
-    """
-    pgid = proc.pid  # start_new_session: the plugin leads its own group
-    if proc.returncode is None or _reap_group(pgid):
-        _signal_group(pgid, signal.SIGTERM)
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(grace):
-            await proc.wait()
-            await _group_gone(pgid)
-    if proc.returncode is None or _reap_group(pgid):
-        _signal_group(pgid, signal.SIGKILL)
-    await proc.wait()
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(REAP_WAIT):
-            await _group_gone(pgid)
-
-
-async def _group_gone(pgid: int) -> None:
-    """Until no member of the group is left. The kernel has no notification for a group
-    emptying (a pidfd is per process, and members are not our children), so it is polled."""
-    while _reap_group(pgid):  # noqa: ASYNC110 - nothing to wait on but time
-        await asyncio.sleep(0.01)

@@ -13,9 +13,9 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from multusd.kubesim.entries import Entry
 from multusd.kubesim.errors import ApiError, bad_request, injected
 from multusd.kubesim.resources import ResourceType
-from multusd.kubesim.store import Entry
 
 ANY = "*"
 

@@ -23,6 +23,7 @@ from multusd.kubesim.encoding import (
     protobuf_encoder,
     request_media_type,
 )
+from multusd.kubesim.entries import Entry
 from multusd.kubesim.errors import (
     ApiError,
     bad_request,
@@ -34,7 +35,6 @@ from multusd.kubesim.resources import ResourceType
 from multusd.kubesim.routes import DiscoveryPath, Target
 from multusd.kubesim.selectors import FieldSelector, parse_field_selector, parse_label_selector
 from multusd.kubesim.state import State
-from multusd.kubesim.store import Entry
 from multusd.kubesim.tables import table_for, wants_table
 
 STATE_KEY = web.AppKey("kubesim_state", State)

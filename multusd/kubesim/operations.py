@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from multusd.kubesim import patch as patches
+from multusd.kubesim.entries import Entry, ObjKey
 from multusd.kubesim.errors import (
     ApiError,
     bad_request,
@@ -34,7 +35,6 @@ from multusd.kubesim.objects import (
 from multusd.kubesim.resources import NAMESPACES, ResourceType
 from multusd.kubesim.selectors import FieldSelector, LabelSelector
 from multusd.kubesim.state import State
-from multusd.kubesim.store import Entry, ObjKey
 
 _CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can "

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from multusd.kubesim.faults import Faults
 from multusd.kubesim.resources import Registry
 from multusd.kubesim.stats import Stats
-from multusd.kubesim.store import WATCH_CACHE_CAPACITY, Snapshot, Store
+from multusd.kubesim.store import Snapshot, Store
+from multusd.kubesim.watchcache import WATCH_CACHE_CAPACITY
 
 
 @dataclass(frozen=True, slots=True)

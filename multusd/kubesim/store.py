@@ -1,9 +1,8 @@
 """Object storage with one cluster-wide resourceVersion and a bounded watch cache per resource.
 
-Objects are kept *encoded*: each entry holds the JSON bytes a GET returns plus the few things
-lists and watches filter on (labels, selectable fields). A list of 50,000 pods is then one join of
-stored bytes, and memory is about the size of the JSON rather than three times it as dicts.
-Writers decode, change and re-encode one object; that is the cheap side.
+Objects are kept encoded (:mod:`multusd.kubesim.entries`): a list of 50,000 pods is then one
+join of stored bytes, and memory is about the size of the JSON rather than three times it as
+dicts. Writers decode, change and re-encode one object; that is the cheap side.
 
 Every write takes the next resourceVersion and appends a change to its resource's watch cache,
 which keeps the last ``history_limit`` changes of that resource, as the apiserver's watch cache
@@ -12,6 +11,7 @@ resume from any version the window still covers, and an older one gets 410 Expir
 what makes clients relist. ``compact`` empties every window at once, as a relist of the cache
 (or an etcd compaction, for continue tokens) would. ``snapshot`` and ``restore`` are an etcd
 backup and its restore: the versions go back to the backup's, below what clients have seen.
+Each window and the watchers are :mod:`multusd.kubesim.watchcache`.
 
 All methods are synchronous and run on the event loop thread, so a write, its history entry and
 its delivery to every open watcher happen atomically with respect to other requests.
@@ -19,161 +19,30 @@ its delivery to every open watcher happen atomically with respect to other reque
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import itertools
-import json
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from multusd.kubesim.encoding import dumps
+from multusd.kubesim.entries import Entry, ObjKey, Visible, encode_entry
 from multusd.kubesim.errors import already_exists, conflict, not_found, too_large, too_old
 from multusd.kubesim.resources import ResourceType
 from multusd.kubesim.selectors import FieldSelector, LabelSelector
-
-ObjKey = tuple[str, str]  # (namespace or "", name)
-Visible = Callable[[ResourceType, "Entry"], bool]
-
-ADDED = "ADDED"
-MODIFIED = "MODIFIED"
-DELETED = "DELETED"
-BOOKMARK = "BOOKMARK"
-ERROR = "ERROR"
+from multusd.kubesim.watchcache import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    WATCH_CACHE_CAPACITY,
+    Change,
+    Delivery,
+    WatchCache,
+    Watcher,
+)
 
 
 def _always(_rt: ResourceType, _entry: Entry) -> bool:
     return True
-
-
-@dataclass(slots=True, frozen=True)
-class Entry:
-    """One stored object version: its encoded bytes and what selectors look at."""
-
-    namespace: str
-    name: str
-    uid: str
-    rv: int
-    labels: Mapping[str, str]
-    fields: Mapping[str, str]
-    raw: bytes
-
-    def decode(self) -> dict[str, Any]:
-        obj: dict[str, Any] = json.loads(self.raw)
-        return obj
-
-    @property
-    def key(self) -> ObjKey:
-        return (self.namespace, self.name)
-
-
-WATCH_CACHE_CAPACITY = 1_000
-"""Changes kept per resource for watches to resume across.
-
-kube-apiserver sizes its watch cache dynamically (``watch_cache.go``): it starts at
-``defaultLowerBoundCapacity`` = 100 events per resource type, doubles while the oldest event it
-would drop is younger than ``eventFreshDuration`` (75 s), up to ``defaultUpperBoundCapacity`` =
-100 * 1024, and halves again when even its newest quarter is older than that. The emulator
-keeps a fixed window instead: tests and benchmarks write in bursts, where the real cache would
-have grown, and 1,000 is enough for a reflector to resume across any one burst of ours while a
-test that wants a natural 410 only has to outrun it (or set ``Settings.history_limit`` lower).
-"""
-
-
-@dataclass(slots=True, frozen=True)
-class Change:
-    """One write, as history keeps it: the type, the object after it, and the object before."""
-
-    rv: int
-    rt: ResourceType
-    type: str
-    new: Entry
-    old: Entry | None
-
-
-@dataclass(slots=True)
-class Delivery:
-    """One item queued for a watcher; ``raw`` is None for a bookmark."""
-
-    type: str
-    rv: int
-    raw: bytes | None
-    annotations: Mapping[str, str] | None = None
-
-
-@dataclass(slots=True, eq=False)
-class Watcher:
-    """A subscription: filters plus a queue the watch stream drains.
-
-    The queue is bounded like the apiserver's per-watcher buffer; a watcher that falls that far
-    behind is closed (its client rewatches from the last version it saw), rather than letting
-    memory grow without limit.
-    """
-
-    rt: ResourceType
-    namespace: str | None
-    labels: LabelSelector
-    fields: FieldSelector
-    visible: Visible
-    capacity: int
-    queue: deque[Delivery] = field(default_factory=deque)
-    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    closing: asyncio.Event = field(default_factory=asyncio.Event)
-    closed: str | None = None
-
-    def matches(self, entry: Entry) -> bool:
-        if self.namespace is not None and entry.namespace != self.namespace:
-            return False
-        return (
-            self.labels.matches(entry.labels)
-            and self.fields.matches(entry.fields)
-            and self.visible(self.rt, entry)
-        )
-
-    def offer(self, change: Change) -> None:
-        """Queue ``change`` as this watcher sees it (selector transitions become ADDED/DELETED)."""
-        if self.closed:
-            return
-        new_match = self.matches(change.new)
-        if change.type == ADDED:
-            kind = ADDED if new_match else None
-        elif change.type == DELETED:
-            kind = DELETED if new_match else None
-        else:
-            old_match = change.old is not None and self.matches(change.old)
-            if old_match and new_match:
-                kind = MODIFIED
-            elif new_match:
-                kind = ADDED
-            elif old_match:
-                kind = DELETED
-            else:
-                kind = None
-        if kind is not None:
-            self.push(Delivery(kind, change.rv, change.new.raw))
-
-    def push(self, item: Delivery) -> None:
-        if self.closed:
-            return
-        if len(self.queue) >= self.capacity:
-            self.close("overflow")
-            return
-        self.queue.append(item)
-        self.wakeup.set()
-
-    def close(self, reason: str) -> None:
-        if not self.closed:
-            self.closed = reason
-        self.wakeup.set()
-        self.closing.set()
-
-    def take(self) -> list[Delivery]:
-        items = list(self.queue)
-        self.queue.clear()
-        if not self.closed:
-            self.wakeup.clear()
-        return items
 
 
 class _Table:
@@ -184,35 +53,6 @@ class _Table:
     def __init__(self) -> None:
         self.entries: dict[ObjKey, Entry] = {}
         self.sorted_keys: list[ObjKey] | None = None
-
-
-class _WatchCache:
-    """The last changes of one resource type, oldest first (the watch cache's event window)."""
-
-    __slots__ = ("changes", "evicted", "floor")
-
-    def __init__(self, capacity: int, floor: int) -> None:
-        self.changes: deque[Change] = deque(maxlen=capacity)
-        self.evicted = False  # whether a change fell out since the window was last reset
-        self.floor = floor  # the version the window was (re)started at
-
-    def append(self, change: Change) -> None:
-        if len(self.changes) == self.changes.maxlen:
-            self.evicted = True
-        self.changes.append(change)
-
-    def oldest_resumable(self) -> int:
-        """The oldest version a watch can resume from. As ``getAllEventsSinceLocked``: until a
-        change falls out, every version since the window started; then the oldest kept
-        change's version minus one (the "oldest - 1" in upstream's 410 message)."""
-        if self.evicted:
-            return self.changes[0].rv - 1
-        return self.floor
-
-    def reset(self, rv: int) -> None:
-        self.changes.clear()
-        self.evicted = False
-        self.floor = rv
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +92,7 @@ class Store:
             raise ValueError(f"history_limit must be at least 1, not {history_limit}")
         self._rv = 0
         self._tables: dict[ResourceType, _Table] = {}
-        self._caches: dict[ResourceType, _WatchCache] = {}
+        self._caches: dict[ResourceType, WatchCache] = {}
         self._history_limit = history_limit
         self._compacted = 0
         self._watchers: set[Watcher] = set()
@@ -341,20 +181,6 @@ class Store:
 
     # --- writes ----------------------------------------------------------------------------
 
-    def _encode(self, rt: ResourceType, obj: dict[str, Any], rv: int) -> Entry:
-        meta = obj.setdefault("metadata", {})
-        meta["resourceVersion"] = str(rv)
-        labels = meta.get("labels") or {}
-        return Entry(
-            namespace=meta.get("namespace", "") if rt.namespaced else "",
-            name=meta["name"],
-            uid=meta.get("uid", ""),
-            rv=rv,
-            labels={str(k): str(v) for k, v in labels.items()},
-            fields=rt.fields(obj),
-            raw=dumps(obj),
-        )
-
     def _table(self, rt: ResourceType) -> _Table:
         table = self._tables.get(rt)
         if table is None:
@@ -369,7 +195,7 @@ class Store:
         if key in table.entries:
             raise already_exists(rt, key[1])
         self._rv += 1
-        entry = self._encode(rt, obj, self._rv)
+        entry = encode_entry(rt, obj, self._rv)
         table.entries[key] = entry
         table.sorted_keys = None
         self._record(Change(self._rv, rt, ADDED, entry, None))
@@ -386,7 +212,7 @@ class Store:
         if expected_rv is not None and expected_rv != old.rv:
             raise conflict(rt, key[1])
         self._rv += 1
-        entry = self._encode(rt, obj, self._rv)
+        entry = encode_entry(rt, obj, self._rv)
         table.entries[key] = entry
         self._record(Change(self._rv, rt, MODIFIED, entry, old))
         return entry
@@ -401,14 +227,14 @@ class Store:
         del table.entries[key]
         table.sorted_keys = None
         self._rv += 1
-        entry = self._encode(rt, old.decode(), self._rv)
+        entry = encode_entry(rt, old.decode(), self._rv)
         self._record(Change(self._rv, rt, DELETED, entry, old))
         return entry
 
     def _record(self, change: Change) -> None:
         cache = self._caches.get(change.rt)
         if cache is None:
-            cache = self._caches[change.rt] = _WatchCache(self._history_limit, self._compacted)
+            cache = self._caches[change.rt] = WatchCache(self._history_limit, self._compacted)
         cache.append(change)
         for watcher in self._watchers:
             if watcher.rt is change.rt:

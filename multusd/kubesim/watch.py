@@ -38,7 +38,7 @@ from multusd.kubesim.errors import ApiError, bad_request, invalid_list_options, 
 from multusd.kubesim.resources import ResourceType
 from multusd.kubesim.selectors import FieldSelector, LabelSelector
 from multusd.kubesim.state import State
-from multusd.kubesim.store import BOOKMARK, ERROR, Delivery, Watcher
+from multusd.kubesim.watchcache import BOOKMARK, ERROR, Delivery, Watcher
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 

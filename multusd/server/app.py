@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from cni_shim.errors import INTERNAL, CNIError
-from multusd.cni.invoke import adopt_orphans
+from multusd.cni.reaper import adopt_orphans
 from multusd.errors import internal
 from multusd.metrics import Recorder
 from multusd.server.handlers import Handlers, error_response

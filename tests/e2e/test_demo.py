@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from multusd.config.daemon import DaemonConfig, parse_daemon_config
-from multusd.demo import DemoDirs, cluster_network, confine, daemon_config, example
+from multusd.demo_rig import DemoDirs, cluster_network, confine, daemon_config, example
 from tests.e2e.harness import PLUGIN_DIR, REPO, ip
 from tests.hostsnap import host_links, tree
 
@@ -204,7 +204,7 @@ def _outside_env() -> dict[str, str]:
 
 def test_the_wheel_carries_the_examples_the_demo_loads(installed: Path, tmp_path: Path) -> None:
     probe = (
-        "import json, multusd, multusd.demo as d\n"
+        "import json, multusd, multusd.demo_rig as d\n"
         "print(json.dumps({'file': multusd.__file__, 'examples': {n: d.example(n) for n in "
         "('bridge-nad.yaml', 'macvlan-nad.yaml', 'pod.yaml')}}))\n"
     )

@@ -79,7 +79,7 @@ def _addresses_held(workdir: Path) -> list[str]:
 
 def test_a_process_finds_its_own_cgroup_and_its_headroom(cgroup: MemoryCgroup) -> None:
     script = (
-        "import json; from multusd.cni.admission import find_memory_cgroup as f; "
+        "import json; from multusd.cni.cgroup import find_memory_cgroup as f; "
         "m = f(); r = m.read(); "
         "print(json.dumps([m.version, str(r.path), r.limit, r.used]))"
     )

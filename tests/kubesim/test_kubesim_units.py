@@ -10,8 +10,9 @@ from multusd.kubesim.patch import json_patch, merge_patch, strategic_merge_patch
 from multusd.kubesim.resources import NADS, PODS, Registry
 from multusd.kubesim.routes import DiscoveryPath, Target, parse
 from multusd.kubesim.selectors import parse_field_selector, parse_label_selector
-from multusd.kubesim.store import ADDED, DELETED, MODIFIED, Store
+from multusd.kubesim.store import Store
 from multusd.kubesim.tables import human_duration
+from multusd.kubesim.watchcache import ADDED, DELETED, MODIFIED
 
 
 @pytest.mark.parametrize(

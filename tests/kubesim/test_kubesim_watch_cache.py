@@ -14,7 +14,8 @@ from multusd.kubesim import KubeSim, Settings
 from multusd.kubesim.errors import ApiError
 from multusd.kubesim.resources import NAMESPACES, PODS
 from multusd.kubesim.selectors import parse_field_selector, parse_label_selector
-from multusd.kubesim.store import WATCH_CACHE_CAPACITY, Store
+from multusd.kubesim.store import Store
+from multusd.kubesim.watchcache import WATCH_CACHE_CAPACITY
 
 LIMIT = 5
 

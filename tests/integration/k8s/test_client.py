@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from multusd import __version__
-from multusd.k8s import client as client_module
+from multusd.k8s import transport
 from multusd.k8s.client import ClientSettings, ClusterConfig, KubeClient, load_cluster_config
 from multusd.k8s.errors import (
     ApiError,
@@ -116,7 +116,7 @@ async def test_rotated_token_file_is_picked_up(
 ) -> None:
     sa = await sim_tls.write_incluster(short_tmp / "sa")
     cfg = load_cluster_config("", sim_tls.incluster_env(), incluster_dir=str(sa))
-    monkeypatch.setattr(client_module, "TOKEN_RECHECK", 0.0)  # check on every request
+    monkeypatch.setattr(transport, "TOKEN_RECHECK", 0.0)  # check on every request
     async with KubeClient(cfg) as c:
         await c.get("/api/v1/namespaces/default")
         token = sa / "token"
@@ -303,7 +303,7 @@ async def test_bucket_bound_from_the_request_log(sim: KubeSim, short_tmp: Path) 
 async def test_watch_starts_take_a_token(
     sim: KubeSim, short_tmp: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="multusd.k8s.client")
+    caplog.set_level(logging.DEBUG, logger="multusd.k8s.transport")
     cfg = load_cluster_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
     async with KubeClient(cfg, ClientSettings(qps=1.0, burst=1)) as c:
         await c.get(PODS)

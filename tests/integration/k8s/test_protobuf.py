@@ -24,7 +24,8 @@ from multusd.k8s import kproto
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.errors import NotFound, TooManyRequests, TransportError
 from multusd.k8s.kubeconfig import ClusterConfig
-from multusd.k8s.reflector import Reflector, ReflectorSettings
+from multusd.k8s.reflector.base import ReflectorSettings
+from multusd.k8s.reflector.loop import Reflector
 from multusd.k8s.store import Store, trim_pod
 from multusd.kubesim import ErrorRule, KubeSim, Settings
 from tests.waits import eventually

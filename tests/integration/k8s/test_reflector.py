@@ -22,13 +22,9 @@ import pytest
 
 from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
 from multusd.k8s.errors import ApiError, Gone, ServerError
-from multusd.k8s.reflector import (
-    Backoff,
-    Reflector,
-    ReflectorSettings,
-    refuses_streaming,
-    rejected_version,
-)
+from multusd.k8s.reflector.base import ReflectorSettings
+from multusd.k8s.reflector.loop import Reflector
+from multusd.k8s.reflector.policy import Backoff, refuses_streaming, rejected_version
 from multusd.k8s.store import Store, key_of, resource_version_of, trim_nad, trim_pod
 from multusd.kubesim import ErrorRule, KubeSim, Settings
 from tests.waits import eventually

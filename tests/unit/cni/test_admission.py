@@ -10,11 +10,8 @@ from pathlib import Path
 import pytest
 
 from cni_shim.errors import TRY_AGAIN_LATER, CNIError
-from multusd.cni.admission import (
-    MemoryAdmission,
-    MiB,
-    find_memory_cgroup,
-)
+from multusd.cni.admission import MemoryAdmission, MiB
+from multusd.cni.cgroup import find_memory_cgroup
 from tests.waits import eventually
 
 V1_UNLIMITED = "9223372036854771712"

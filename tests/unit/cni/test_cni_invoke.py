@@ -311,10 +311,10 @@ def test_deadline_scope_is_restored() -> None:
 ADOPT = """
 import asyncio, sys
 from pathlib import Path
-from multusd.cni import invoke
+from multusd.cni import invoke, reaper
 
 async def main() -> None:
-    invoke.adopt_orphans()
+    reaper.adopt_orphans()
     path = sys.argv[1]
     try:
         await invoke.SubprocessExecutor(kill_grace=0.2).execute(
