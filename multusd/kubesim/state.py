@@ -22,7 +22,7 @@ class Settings:
     # A watch without timeoutSeconds ends after a random time in [t, 2t] (--min-request-timeout).
     min_request_timeout: float = 1800.0
     # Changes kept per resource for watches to resume across (the watch cache's window; see
-    # store.WATCH_CACHE_CAPACITY for upstream's sizes); older versions get 410 Expired.
+    # watchcache.WATCH_CACHE_CAPACITY for upstream's sizes); older versions get 410 Expired.
     history_limit: int = WATCH_CACHE_CAPACITY
     # Events queued for one slow watcher before it is closed.
     watcher_capacity: int = 100_000

@@ -100,6 +100,6 @@ def build_app(
 
 
 async def _adopt_orphans(app: web.Application) -> None:
-    """Serving plugins: become their descendants' subreaper (``invoke.adopt_orphans``)."""
+    """Serving plugins: become their descendants' subreaper (``reaper.adopt_orphans``)."""
     if not adopt_orphans():
         log.warning("could not become a child subreaper: a killed plugin's children go to PID 1")
