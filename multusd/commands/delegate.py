@@ -8,6 +8,7 @@ delegates a request gets is :mod:`multusd.networks.resolve`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from multusd.cni.conf import (
 from multusd.cni.netns import validate_ifname
 from multusd.commands.context import Services
 from multusd.k8s.events import added_interface_message
+from multusd.metrics import note_phase
 from multusd.networks.delegates import Delegate
 
 
@@ -103,7 +105,13 @@ async def _run(verb: _Verb, cni: CNI, delegate: Delegate, rt: RuntimeConf) -> No
 
 
 async def delegate_del(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:
-    await _run(_DEL, cni, delegate, rt)
+    started = time.monotonic()
+    try:
+        await _run(_DEL, cni, delegate, rt)
+    finally:  # the DEL's share of the request's timeline (ADD's is ``metrics.phase``)
+        note_phase(
+            f"delegate_del[{delegate.plugin_type or delegate.name}]", time.monotonic() - started
+        )
 
 
 async def delegate_check(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:

@@ -40,6 +40,7 @@ from multusd.config.schema import decode
 from multusd.errors import internal
 from multusd.heap import IdleTrim
 from multusd.logs.format import request_id
+from multusd.metrics import Phases, note_phase, phases_text, timeline
 from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import ContainerQueue, RequestGate
 from multusd.server.validate import check_config_text, check_env_text, check_pod_env
@@ -193,7 +194,8 @@ class Handlers:
         self.state.in_flight += 1
         self.heap.busy()
         try:
-            return await self._handle(request, started, hotplug)
+            with timeline() as phases:
+                return await self._handle(request, started, hotplug, phases)
         finally:
             self.state.in_flight -= 1
             if self.state.in_flight == 0:
@@ -238,7 +240,9 @@ class Handlers:
                 DECODING_FAILURE, f"could not read the request body: {reason}"
             ) from None
 
-    async def _handle(self, request: web.Request, started: float, hotplug: bool) -> web.Response:
+    async def _handle(
+        self, request: web.Request, started: float, hotplug: bool, phases: Phases
+    ) -> web.Response:
         try:
             body = await self._read_body(request)
             env, stdin, attributes = wire.decode_request(body)
@@ -252,6 +256,7 @@ class Handlers:
             deadline = asyncio.get_running_loop().time() + self.limits.request_timeout
             cmd = dataclasses.replace(cmd, config=config, deadline=deadline)
             runner = self._runner(cmd, attributes, hotplug)
+            note_phase("decode", time.monotonic() - started)  # body read, decoded, checked
         except CNIError as exc:
             log.info("%s rejected: %s", request.path, exc)
             response = error_response(exc)
@@ -296,6 +301,11 @@ class Handlers:
             elapsed,
             "ok" if outcome is None else outcome,
         )
+        if log.isEnabledFor(logging.DEBUG):  # where the wall time went (docs/performance.md)
+            log.debug(
+                "%s %s container=%s phases: %s", request.path, cmd.command, cmd.container_id,
+                phases_text(phases, seconds),
+            )  # fmt: skip
         if outcome is not None:
             return error_response(outcome)
         if result is None:

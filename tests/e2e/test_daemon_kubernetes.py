@@ -60,6 +60,19 @@ async def test_cached_pod_costs_no_reads_and_one_status_patch(
     assert deleted.returncode == 0
     assert kubesim.stats.count("get", "pods") == 0
     assert "eth0" not in await addresses(name)
+    # Where each request's wall time went, at debug level (docs/performance.md).
+    cid = env["CNI_CONTAINERID"]
+    add_line, del_line = (
+        next(
+            line
+            for line in daemon.log().splitlines()
+            if f"/cni {verb} container={cid} phases:" in line
+        )
+        for verb in ("ADD", "DEL")
+    )
+    for phase in ("decode ", "pod_lookup ", "delegate[testnet] ", "status_write ", "other "):
+        assert phase in add_line, add_line
+    assert "delegate_del[testnet] " in del_line, del_line
 
 
 async def test_protobuf_pod_cache(
