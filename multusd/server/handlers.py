@@ -303,7 +303,7 @@ class Handlers:
         )
         if log.isEnabledFor(logging.DEBUG):  # where the wall time went (docs/performance.md)
             log.debug(
-                "%s %s container=%s phases: %s", request.path, cmd.command, cmd.container_id,
+                "%s %s phases (container=%s): %s", request.path, cmd.command, cmd.container_id,
                 phases_text(phases, seconds),
             )  # fmt: skip
         if outcome is not None:

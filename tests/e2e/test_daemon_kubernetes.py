@@ -66,7 +66,7 @@ async def test_cached_pod_costs_no_reads_and_one_status_patch(
         next(
             line
             for line in daemon.log().splitlines()
-            if f"/cni {verb} container={cid} phases:" in line
+            if f"/cni {verb} phases (container={cid}):" in line
         )
         for verb in ("ADD", "DEL")
     )
