@@ -43,14 +43,26 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the emulator until SIGTERM/SIGINT")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
     serve.add_argument("--tls", action="store_true", help="serve https with a generated CA")
-    serve.add_argument("--kubeconfig-out", type=Path, required=True)
-    serve.add_argument("--seed", type=Path, action="append", default=[], metavar="FILE")
-    serve.add_argument("--incluster-dir", type=Path)
-    serve.add_argument("--token", default=_DEFAULTS.token)
-    serve.add_argument("--bookmark-interval", type=float, default=_DEFAULTS.bookmark_interval)
+    serve.add_argument(
+        "--kubeconfig-out", type=Path, required=True, help="write a kubeconfig for clients here"
+    )
+    serve.add_argument(
+        "--seed", type=Path, action="append", default=[], metavar="FILE",
+        help="YAML/JSON manifests to load at start (repeatable)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--incluster-dir", type=Path, help="write a pod service-account dir (token, ca.crt) here"
+    )
+    serve.add_argument(
+        "--token", default=_DEFAULTS.token, help="the bearer token clients must send"
+    )
+    serve.add_argument(
+        "--bookmark-interval", type=float, default=_DEFAULTS.bookmark_interval, metavar="S",
+        help="seconds between BOOKMARK events on watches that ask for them",
+    )  # fmt: skip
     serve.add_argument(
         "--history",
         type=int,
@@ -72,44 +84,60 @@ def _parser() -> argparse.ArgumentParser:
 
     def remote(name: str, text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
-        p.add_argument("--kubeconfig", type=Path, required=True)
+        p.add_argument(
+            "--kubeconfig", type=Path, required=True, help="the kubeconfig `serve` wrote"
+        )
         return p
 
     faults = remote("faults", "show or change the fault configuration")
     faults.add_argument(
-        "action", nargs="?", default="get", choices=["get", "clear", "set", "update"]
-    )
+        "action", nargs="?", default="get", choices=["get", "clear", "set", "update"],
+        help="print, clear, replace or merge the fault configuration (default: get)",
+    )  # fmt: skip
     faults.add_argument("document", nargs="?", help="JSON for set/update")
     error = remote("error", "add an error rule")
-    error.add_argument("--code", type=int, required=True)
-    error.add_argument("--verb", default="*")
-    error.add_argument("--resource", default="*")
-    error.add_argument("--subresource", default="*")
-    error.add_argument("--rate", type=float, default=1.0)
-    error.add_argument("--count", type=int)
-    error.add_argument("--retry-after", type=int, default=1)
+    error.add_argument("--code", type=int, required=True, help="HTTP status to answer with")
+    error.add_argument(
+        "--verb", default="*", help="API verb to match (get, list, watch, patch, ...; * for any)"
+    )
+    error.add_argument("--resource", default="*", help="resource to match (pods, ...; * for any)")
+    error.add_argument(
+        "--subresource", default="*", help="subresource to match (status, ...; * for any)"
+    )
+    error.add_argument(
+        "--rate", type=float, default=1.0, help="share of matching requests to fail (0-1)"
+    )
+    error.add_argument("--count", type=int, help="stop after this many errors (default: never)")
+    error.add_argument(
+        "--retry-after", type=int, default=1, help="the Retry-After seconds of a 429 or 503"
+    )
     latency = remote("latency", "add a latency rule")
-    latency.add_argument("--seconds", type=float, required=True)
-    latency.add_argument("--verb", default="*")
-    latency.add_argument("--resource", default="*")
-    latency.add_argument("--jitter", type=float, default=0.0)
+    latency.add_argument("--seconds", type=float, required=True, help="delay added to each match")
+    latency.add_argument("--verb", default="*", help="API verb to match (* for any)")
+    latency.add_argument("--resource", default="*", help="resource to match (* for any)")
+    latency.add_argument(
+        "--jitter", type=float, default=0.0, help="up to this many seconds more, at random"
+    )
     for name in ("hide", "unhide"):
         p = remote(name, f"{name} an object in lists and watches")
-        p.add_argument("namespace")
-        p.add_argument("name")
-        p.add_argument("--resource", default="pods")
+        p.add_argument("namespace", help="the object's namespace")
+        p.add_argument("name", help="the object's name")
+        p.add_argument("--resource", default="pods", help="its resource (default: pods)")
     drop = remote("drop-watches", "close every open watch")
-    drop.add_argument("--mode", default="eof", choices=["eof", "reset"])
+    drop.add_argument(
+        "--mode", default="eof", choices=["eof", "reset"],
+        help="end the streams cleanly (eof) or abort the connections (reset)",
+    )  # fmt: skip
     expire = remote("expire-watches", "answer the next watches with 410")
-    expire.add_argument("--count", type=int, default=1)
+    expire.add_argument("--count", type=int, default=1, help="how many watches get the 410")
     remote("snapshot", "take an etcd backup of every object (for restore)")
     restore = remote("restore", "go back to the snapshot: older versions, every watch cut")
     restore.add_argument("--new-uids", action="store_true", help="re-create every object")
     stats = remote("stats", "print request counters and the request log")
-    stats.add_argument("--reset", action="store_true")
-    stats.add_argument("--log", type=int, default=20)
+    stats.add_argument("--reset", action="store_true", help="zero the counters after printing")
+    stats.add_argument("--log", type=int, default=20, help="how many recent requests to print")
     seed = remote("seed", "create or replace objects from manifests")
-    seed.add_argument("files", type=Path, nargs="+")
+    seed.add_argument("files", type=Path, nargs="+", help="YAML/JSON manifests")
     return parser
 
 
