@@ -130,6 +130,9 @@ class ContainerQueue:
         self._jobs.add(job)
         if container is not None:
             container.jobs.append(job)
+            if len(container.jobs) > 1:
+                log.debug("container %s: waiting behind %d earlier request(s)",
+                          key, len(container.jobs) - 1)  # fmt: skip
         # An urgent request is in line for its slot before its victims give theirs back.
         place = self.gate.claim(urgent=True) if urgent else None
         try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from tests.e2e.conftest import pod_env, shim_config
 from tests.e2e.faults import HangRig, hang_rig, no_traceback, wait_gone
-from tests.e2e.harness import Daemon, run_shim
+from tests.e2e.harness import Daemon, run_shim, until_logged
 from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
@@ -84,10 +84,8 @@ async def test_a_del_supersedes_a_hung_add_of_the_same_container(
     leader, child = await rig.pids(cid)
     # A second ADD for the same sandbox (a runtime retry) waits behind the first.
     retry = asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=env))
-    # The one timed wait left here: that the retry is queued behind the first ADD (so the DEL
-    # supersedes it too) shows nowhere outside the daemon, neither in its log nor in its
-    # metrics, so it gets half a second to arrive.
-    await asyncio.sleep(0.5)
+    # Queued behind the first ADD (so the DEL supersedes it too): the daemon logs it at debug.
+    await until_logged(daemon, f"container {cid}: waiting behind 1 earlier request(s)")
     deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
     assert deleted.returncode == 0, deleted
     for superseded in await asyncio.gather(add, retry):
