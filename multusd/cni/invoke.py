@@ -268,12 +268,16 @@ class SubprocessExecutor:
         limit, why = _limit(timeout, _deadline.get())
         if why and limit is not None and limit <= 0:
             raise CNIError(TIMEOUT_CODE, f"netplugin {path} not run: the request's deadline passed")
-        proc = await self._spawn(path, env)
+        stdin_fd = _stdin_file(stdin)
+        try:
+            proc = await self._spawn(path, env, stdin_fd)
+        finally:
+            os.close(stdin_fd)  # the child holds its own copy
         if (starts := _starts.get()) is not None:
             starts.count += 1
         try:
             async with asyncio.timeout(limit):
-                stdout, stderr = await proc.communicate(stdin)
+                stdout, stderr = await proc.communicate()
         except TimeoutError:
             await kill_and_reap(proc, self.kill_grace)
             raise CNIError(
@@ -292,14 +296,16 @@ class SubprocessExecutor:
             log.debug("plugin %s stderr: %s", path, stderr.decode("utf-8", "replace"))
         return stdout
 
-    async def _spawn(self, path: str, env: Mapping[str, str]) -> asyncio.subprocess.Process:
+    async def _spawn(
+        self, path: str, env: Mapping[str, str], stdin_fd: int
+    ) -> asyncio.subprocess.Process:
         preexec = _chroot_into(self.chroot_dir) if self.chroot_dir is not None else None
         attempt = 0
         while True:
             try:
                 return await asyncio.create_subprocess_exec(
                     path,
-                    stdin=asyncio.subprocess.PIPE,
+                    stdin=stdin_fd,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     env=dict(env),
@@ -321,6 +327,26 @@ class SubprocessExecutor:
                 # Only the chroot preexec hook can fail this way; the child's errno is lost.
                 reason = f"fork/exec {path}: chroot {self.chroot_dir}: {exc}"
                 raise plugin_error(reason, b"", b"") from exc
+
+
+def _stdin_file(data: bytes) -> int:
+    """The plugin's stdin: an in-memory file holding the whole config, read from the start.
+
+    Not a pipe: a plugin that exits without reading stdin (a DEL that has nothing to do) makes
+    a pipe write fail with EPIPE, and asyncio leaves that error in a future nobody awaits, which
+    is logged as "Future exception was never retrieved" with a traceback. A file cannot break,
+    needs no writer task on the loop, and holds any size of config (a pipe buffer holds 64 KiB).
+    """
+    fd = os.memfd_create("cni-stdin", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _limit(timeout: float | None, deadline: float | None) -> tuple[float | None, str]:

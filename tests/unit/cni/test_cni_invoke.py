@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import gc
 import logging
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +70,39 @@ async def test_stdin_env_and_stdout(make_plugin: MakePlugin) -> None:
         path, b'{"x":1}', {**ENV, "CNI_COMMAND": "ADD"}, timeout=10
     )
     assert out == b'ADD:{"x":1}'
+
+
+async def test_a_config_larger_than_a_pipe_buffer_reaches_the_plugin(
+    make_plugin: MakePlugin,
+) -> None:
+    path = make_plugin("count", "import sys\nprint(len(sys.stdin.buffer.read()))\n")
+    out = await SubprocessExecutor().execute(path, b"x" * (1 << 20), ENV, timeout=10)
+    assert out == b"1048576\n"
+
+
+async def test_a_plugin_gone_before_its_config_is_written_leaves_no_error_behind(
+    make_plugin: MakePlugin, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A DEL with nothing to do may exit before the daemon, busy with other requests, gets to
+    # write its config. Fed through a pipe, that write failed with EPIPE and asyncio kept the
+    # error in a future nobody awaits, logged with a traceback as "Future exception was never
+    # retrieved" once collected. The wrapper makes the loop that busy: it returns the process
+    # only after it exited (not reaped, so asyncio still sees it exit).
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawn_then_wait_for_the_exit(*args: Any, **kwargs: Any) -> Any:
+        proc = await spawn(*args, **kwargs)
+        with contextlib.suppress(ChildProcessError):  # asyncio's watcher may have reaped it
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", spawn_then_wait_for_the_exit)
+    path = make_plugin("quick", "print('{}')\n")
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        assert await SubprocessExecutor().execute(path, b"{}", ENV, timeout=10) == b"{}\n"
+        gc.collect()
+        await asyncio.sleep(0)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 async def test_cni_error_object_keeps_code(make_plugin: MakePlugin) -> None:
