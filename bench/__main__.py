@@ -19,6 +19,7 @@ from bench import (
     kubesim_scale,
     memory,
     memory_limit,
+    phases,
     pod_lookup,
     profile_add,
     qps_storm,
@@ -50,6 +51,7 @@ WITH_OPTIONS: dict[str, Callable[[Sequence[str]], Any]] = {
     "interop": interop.main,  # the drop-in check against a daemon and shim given by path
     "cri_interop": cri_interop.main,  # the same pairings, through a real containerd
     "memory_limit": memory_limit.main,  # --daemon PATH --shim PATH: another daemon in the cgroup
+    "phases": phases.main,  # --interpreter NAME=DAEMON: our per-phase wall time, per interpreter
 }
 
 

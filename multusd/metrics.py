@@ -17,13 +17,14 @@ them. Each :class:`Metrics` has its own registry: two daemons in one test proces
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
+
+from multusd import timeline
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -72,42 +73,6 @@ def handler_label(path: str) -> str:
     return path if path in HANDLER_LABELS else "NotFound"
 
 
-Phases = list[tuple[str, float]]
-"""One request's phases in the order they ended: (name, seconds)."""
-
-_phases: contextvars.ContextVar[Phases | None] = contextvars.ContextVar(
-    "multusd_phases", default=None
-)
-
-
-@contextlib.contextmanager
-def timeline() -> Iterator[Phases]:
-    """Collect the phases of the request running in this block (its tasks included): every
-    :meth:`Recorder.phase` and :func:`note_phase` inside it, for the request's debug log line.
-    Wall time, not CPU: where a request waits (its plugins, the API server) is the point."""
-    phases: Phases = []
-    token = _phases.set(phases)
-    try:
-        yield phases
-    finally:
-        _phases.reset(token)
-
-
-def note_phase(name: str, seconds: float) -> None:
-    """Add a phase to the current request's timeline only (no Prometheus series)."""
-    phases = _phases.get()
-    if phases is not None:
-        phases.append((name, seconds))
-
-
-def phases_text(phases: Phases, total: float) -> str:
-    """``decode 0.4ms, pod_lookup 0.1ms, delegate[bridge] 24.7ms, ..., other 1.2ms``; "other" is
-    what no phase covers (queueing, the delegate cache, rollback, result conversion)."""
-    parts = [f"{name} {seconds * 1000:.1f}ms" for name, seconds in phases]
-    other = total - sum(seconds for _, seconds in phases)
-    return ", ".join([*parts, f"other {max(other, 0.0) * 1000:.1f}ms"])
-
-
 class Recorder:
     """The recording API, doing nothing: what the daemon holds when ``metricsPort`` is unset,
     so call sites need no ``if metrics:``."""
@@ -135,11 +100,10 @@ class Recorder:
         """
         started = time.monotonic()
         try:
-            yield
+            with timeline.phase(f"{phase}[{plugin}]" if plugin else phase):
+                yield
         finally:
-            seconds = time.monotonic() - started
-            self.observe_phase(phase, seconds, plugin)
-            note_phase(f"{phase}[{plugin}]" if plugin else phase, seconds)
+            self.observe_phase(phase, time.monotonic() - started, plugin)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

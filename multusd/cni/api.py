@@ -19,7 +19,8 @@ from typing import Any
 from cni_shim import errors, gojson, results, skel
 from cni_shim.errors import CNIError
 from cni_shim.goquote import go_quote
-from multusd.cni import cache
+from multusd import timeline
+from multusd.cni import cache, pending
 from multusd.cni.conf import NetworkConfig, NetworkConfigList, inject, plugin_stdin
 from multusd.cni.invoke import LibcniError, PluginExecutor, find_plugin, prefixed
 
@@ -110,7 +111,8 @@ class CNI:
 
     async def _plugin_path(self, plugin_type: str) -> str:
         """``find_plugin`` off the event loop: it stats files in every search directory."""
-        return await asyncio.to_thread(find_plugin, plugin_type, self.paths)
+        with timeline.part(f"find[{plugin_type}]"):
+            return await asyncio.to_thread(find_plugin, plugin_type, self.paths)
 
     def plugin_env(self, command: str, rt: RuntimeConf) -> dict[str, str]:
         """The base environment plus the CNI variables, which win over inherited ones."""
@@ -179,10 +181,19 @@ class CNI:
             capability_args=rt.capability_args,
             result=results.to_wire(result),
         )
+        await pending.run(self._write_cache(entry))
+
+    async def _write_cache(self, entry: cache.CacheEntry) -> None:
         try:
-            await cache.write_entry(self.cache_dir, entry)
+            with timeline.part("cache_write"):
+                await cache.write_entry(self.cache_dir, entry)
         except CNIError as exc:
-            raise prefixed(exc, f"failed to set network {go_quote(name)} cached result: ") from exc
+            name = go_quote(entry.network_name)
+            raise prefixed(exc, f"failed to set network {name} cached result: ") from exc
+
+    async def _delete_cache(self, name: str, rt: RuntimeConf) -> None:
+        with timeline.part("cache_delete"):
+            await cache.delete_entry(self.cache_dir, name, rt.container_id, rt.ifname)
 
     async def cached_result(self, name: str, version: str, rt: RuntimeConf) -> Result | None:
         """The cached ADD result converted to ``version``; ``None`` if there is no cache file.
@@ -270,7 +281,8 @@ class CNI:
         cached: Result | None = None
         if version_ge(conflist.cni_version, "0.4.0"):
             try:
-                cached = await self.cached_result(conflist.name, conflist.cni_version, rt)
+                with timeline.part("cache_read"):
+                    cached = await self.cached_result(conflist.name, conflist.cni_version, rt)
             except CNIError as exc:
                 log.info("dropping unusable cache of network %r: %s", conflist.name, exc)
                 await cache.delete_entry(self.cache_dir, conflist.name, rt.container_id, rt.ifname)
@@ -281,7 +293,7 @@ class CNI:
                 )
             except CNIError as exc:
                 raise prefixed(exc, f"plugin {describe(plugin)} failed (delete): ") from exc
-        await cache.delete_entry(self.cache_dir, conflist.name, rt.container_id, rt.ifname)
+        await pending.run(self._delete_cache(conflist.name, rt))
 
     async def gc_network_list(
         self, conflist: NetworkConfigList, valid_attachments: Sequence[GCAttachment] | None
@@ -368,4 +380,4 @@ class CNI:
         await self._exec_without_result(
             "DEL", plugin.name, plugin.cni_version, plugin, prev=cached, rt=rt
         )
-        await cache.delete_entry(self.cache_dir, plugin.name, rt.container_id, rt.ifname)
+        await pending.run(self._delete_cache(plugin.name, rt))

@@ -24,6 +24,7 @@ import logging
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from cni_shim.gosyscall import errno_text, exit_text
 from multusd.cni.admission import MemoryAdmission
 from multusd.cni.admission import shared as shared_admission
 from multusd.cni.reaper import kill_and_reap
+from multusd.timeline import note_part
 
 log = logging.getLogger(__name__)
 
@@ -269,10 +271,14 @@ class SubprocessExecutor:
         if why and limit is not None and limit <= 0:
             raise CNIError(TIMEOUT_CODE, f"netplugin {path} not run: the request's deadline passed")
         stdin_fd = _stdin_file(stdin)
+        name = os.path.basename(path)
+        started = time.monotonic()
         try:
             proc = await self._spawn(path, env, stdin_fd)
         finally:
             os.close(stdin_fd)  # the child holds its own copy
+        spawned = time.monotonic()
+        note_part(f"spawn[{name}]", spawned - started)
         if (starts := _starts.get()) is not None:
             starts.count += 1
         try:
@@ -288,6 +294,7 @@ class SubprocessExecutor:
             # Cancellation (or anything else): never leave the plugin running behind us.
             await kill_and_reap(proc, self.kill_grace)
             raise
+        note_part(f"run[{name}]", time.monotonic() - spawned)
         returncode = proc.returncode
         assert returncode is not None  # communicate() returns only after the process exited
         if returncode != 0:

@@ -13,10 +13,12 @@ import logging
 from typing import Any
 
 from cni_shim import results
-from cni_shim.errors import CNIError
+from cni_shim.errors import INTERNAL, CNIError
+from multusd import timeline
 from multusd.cni.api import RuntimeConf
 from multusd.cni.args import K8sArgs, parse_k8s_args
 from multusd.cni.invoke import Starts, counting_starts, current_deadline, plugin_deadline
+from multusd.cni.pending import Pending
 from multusd.cni.routes import apply_default_routes, rewrite_cached_routes
 from multusd.commands import scratch
 from multusd.commands.context import CmdArgs, Services
@@ -135,13 +137,15 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
             # empty result, so the runtime can tear the sandbox down quickly.
             log.warning("pod %s not found: returning an empty result", pod_label)  # fmt: skip
             return results.empty_result(netconf.cni_version, cmd.ifname, cmd.netns)
-    delegates = await delegates_for("ADD", netconf, pod, services.networks, pod_label=pod_label)
+    with timeline.phase("delegates"):
+        delegates = await delegates_for("ADD", netconf, pod, services.networks, pod_label=pod_label)
 
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
     found: list[dict[str, Any]] = []
     ifnames: list[str] = []
     started = 0  # delegates whose ADD began: what a cancellation rolls back
+    writes = Pending()  # the delegates' result caches, written beside what follows (pending.py)
     try:
         for index, delegate in enumerate(delegates):
             started = index + 1
@@ -151,14 +155,19 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
                 if index == 0:
                     # The cache must be on disk before any delegate runs; checking the first
                     # interface name in the pod meanwhile takes that write off the critical path.
-                    await _save_and_check(netconf, cmd, pod_label, delegates, rt)
+                    with timeline.phase("cache_save"):
+                        await _save_and_check(netconf, cmd, pod_label, delegates, rt)
                 if delegate.resource_name and delegate.device_id:
                     await copy_device_plugin_info(
                         delegate.resource_name, delegate.device_id, delegate.name,
                         cmd.container_id, rt.ifname,
                     )  # fmt: skip
                 plugin = delegate.plugin_type or delegate.name
-                with services.metrics.phase("delegate", plugin=plugin), counting_starts() as runs:
+                with (
+                    services.metrics.phase("delegate", plugin=plugin),
+                    counting_starts() as runs,
+                    writes.collecting(delegate.network_name),
+                ):
                     result = await delegate_add(cni, delegate, rt, ifname_checked=index == 0)
             except CNIError as exc:
                 if isinstance(exc, _CacheNotSaved):
@@ -166,29 +175,77 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
                 # The failing delegate is rolled back too (upstream), unless none of its
                 # plugins ever started (refused for memory, or out of time before one).
                 ran = index + 1 if runs is None or runs.count else index
+                await writes.settle()  # the rollback's DELs read those caches
                 await _rollback(services, netconf, cmd, k8s, delegates[:ran])
-                name = delegate.network_name
-                raise exc.with_prefix(
-                    f"[{k8s.pod_namespace}/{k8s.pod_name}/{k8s.pod_uid}:{name}]: "
-                    f'error adding container to network "{name}": '
-                ) from exc
-            latest = results.convert(result, results.LATEST)
+                raise _adding_failed(k8s, delegate.network_name, exc) from exc
+            with timeline.phase("convert"):
+                latest = results.convert(result, results.LATEST)
             found.append(latest)
             ifnames.append(rt.ifname)
             if results.has_interfaces_or_ips(latest):
+                if route_actions(delegate).any:  # it rewrites the result cache: on disk first
+                    failed = await writes.settle()
+                    await _fail_on_unwritten(
+                        failed, services, netconf, cmd, k8s, added=delegates[:started]
+                    )
                 await _default_routes(cmd, netconf, pod_label, delegate, rt.ifname)
                 record_added_interface(services, pod, latest, rt.ifname, delegate.name)
             log.debug("added %s as %s", delegate.name, rt.ifname)
     except asyncio.CancelledError:
+        await writes.settle()
         if started:
             log.info("ADD cancelled: rolling back %d delegate(s)", started)
             await _rollback(services, netconf, cmd, k8s, delegates[:started])
         raise
-    if services.pods is not None:
-        attached = list(zip(delegates, found, ifnames, strict=True))
+    attached = list(zip(delegates, found, ifnames, strict=True))
+    failed, status_error = await asyncio.gather(
+        writes.settle(), _status_write(services, cmd, k8s, attached)
+    )
+    await _fail_on_unwritten(failed, services, netconf, cmd, k8s, added=delegates)
+    if status_error is not None:
+        raise status_error
+    return _master_result(delegates, found)
+
+
+async def _fail_on_unwritten(
+    failed: list[tuple[str, BaseException]],
+    services: Services,
+    netconf: NetConf,
+    cmd: CmdArgs,
+    k8s: K8sArgs,
+    *,
+    added: list[Delegate],
+) -> None:
+    """A result cache that could not be written fails its delegate, as in libcni (whose
+    ``AddNetworkList`` writes it last): roll back what was added, raise upstream's text."""
+    if not failed:
+        return
+    name, cause = failed[0]
+    await _rollback(services, netconf, cmd, k8s, added)
+    error = cause if isinstance(cause, CNIError) else CNIError(INTERNAL, repr(cause))
+    raise _adding_failed(k8s, name, error) from cause
+
+
+def _adding_failed(k8s: K8sArgs, name: str, exc: CNIError) -> CNIError:
+    """Upstream's text for a delegate whose ADD failed."""
+    return exc.with_prefix(
+        f"[{k8s.pod_namespace}/{k8s.pod_name}/{k8s.pod_uid}:{name}]: "
+        f'error adding container to network "{name}": '
+    )
+
+
+async def _status_write(
+    services: Services, cmd: CmdArgs, k8s: K8sArgs, attached: list[tuple[Delegate, Any, str]]
+) -> CNIError | None:
+    """The network-status PATCH, when the daemon talks to an API server; its error if any."""
+    if services.pods is None:
+        return None
+    try:
         with services.metrics.phase("status_write"):
             await _write_network_status(services.pods, cmd, k8s, attached)
-    return _master_result(delegates, found)
+    except CNIError as exc:
+        return exc
+    return None
 
 
 async def _write_network_status(

@@ -8,12 +8,12 @@ delegates a request gets is :mod:`multusd.networks.resolve`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from cni_shim.errors import CNIError
+from multusd import timeline
 from multusd.cni.api import CNI, RuntimeConf
 from multusd.cni.conf import (
     NetworkConfig,
@@ -24,7 +24,6 @@ from multusd.cni.conf import (
 from multusd.cni.netns import validate_ifname
 from multusd.commands.context import Services
 from multusd.k8s.events import added_interface_message
-from multusd.metrics import note_phase
 from multusd.networks.delegates import Delegate
 
 
@@ -105,13 +104,9 @@ async def _run(verb: _Verb, cni: CNI, delegate: Delegate, rt: RuntimeConf) -> No
 
 
 async def delegate_del(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:
-    started = time.monotonic()
-    try:
+    # The DEL's share of the request's timeline (ADD's is ``metrics.phase``, with Prometheus).
+    with timeline.phase(f"delegate_del[{delegate.plugin_type or delegate.name}]"):
         await _run(_DEL, cni, delegate, rt)
-    finally:  # the DEL's share of the request's timeline (ADD's is ``metrics.phase``)
-        note_phase(
-            f"delegate_del[{delegate.plugin_type or delegate.name}]", time.monotonic() - started
-        )
 
 
 async def delegate_check(cni: CNI, delegate: Delegate, rt: RuntimeConf) -> None:

@@ -12,6 +12,7 @@ returns without deleting anything; docs/compatibility.md).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import replace
@@ -19,6 +20,8 @@ from typing import Any
 
 from cni_shim import gojson
 from cni_shim.errors import INTERNAL, CNIError
+from multusd import timeline
+from multusd.cni.pending import Pending
 from multusd.commands import scratch
 from multusd.commands.add import k8s_args_of
 from multusd.commands.context import CmdArgs, Services
@@ -26,7 +29,7 @@ from multusd.commands.delegate import delegate_del
 from multusd.commands.runtime_conf import device_info_path, runtime_for
 from multusd.k8s.devinfo import remove_device_info
 from multusd.networks.delegates import Delegate, delegate_from_bytes
-from multusd.networks.netconf import load_netconf
+from multusd.networks.netconf import NetConf, load_netconf
 from multusd.networks.resolve import delegates_for
 
 log = logging.getLogger(__name__)
@@ -57,28 +60,37 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
         except CNIError as exc:
             log.warning("Multus: GetPod failed: %s, but continue to delete", exc)  # fmt: skip
     try:
-        delegates = await scratch.load(netconf.cni_dir, cmd.container_id)
+        with timeline.phase("cache_load"):
+            delegates = await scratch.load(netconf.cni_dir, cmd.container_id)
     except scratch.CorruptCache as exc:
         log.error("Multus: %s; nothing deleted", exc)
         return
     from_cache = delegates is not None
     if delegates is None:  # rebuilt from the pod, or the cluster network alone
-        delegates = await delegates_for(
-            "DEL", netconf, pod, services.networks, container_id=cmd.container_id
-        )
+        with timeline.phase("delegates"):
+            delegates = await delegates_for(
+                "DEL", netconf, pod, services.networks, container_id=cmd.container_id
+            )
 
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
     errors: list[CNIError] = []
-    for index in range(len(delegates) - 1, -1, -1):
-        delegate = _backfill_version(delegates[index], netconf.cni_version)
-        rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args)
-        try:
-            await delegate_del(cni, delegate, rt)
-        except CNIError as exc:
-            errors.append(exc)
-        if delegate.device_id:
-            await remove_device_info(device_info_path(cmd, delegate, rt.ifname))
+    # Each delegate's result cache is removed beside the next delegate's DEL (pending.py).
+    removals = Pending()
+    try:
+        for index in range(len(delegates) - 1, -1, -1):
+            delegate = _backfill_version(delegates[index], netconf.cni_version)
+            rt = runtime_for(cmd, k8s, netconf, delegate, index, env_args=env_args)
+            try:
+                with removals.collecting(delegate.network_name):
+                    await delegate_del(cni, delegate, rt)
+            except CNIError as exc:
+                errors.append(exc)
+            if delegate.device_id:
+                await remove_device_info(device_info_path(cmd, delegate, rt.ifname))
+    except BaseException:  # cancelled: nothing of ours keeps running unowned
+        await removals.settle()
+        raise
 
     joined = " / ".join(str(e) for e in errors)
     # retryDeleteOnError keeps the cache for the runtime's next DEL, except after the one error
@@ -86,7 +98,14 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
     if from_cache and (
         not netconf.retry_delete_on_error or not errors or "no such file or directory" in joined
     ):
-        await scratch.remove(netconf.cni_dir, cmd.container_id)
+        await asyncio.gather(removals.settle(), _remove_cache(netconf, cmd))
+    else:
+        await removals.settle()
     if errors:
         code = errors[0].code if len(errors) == 1 else INTERNAL
         raise CNIError(code, f"errors: {joined}")
+
+
+async def _remove_cache(netconf: NetConf, cmd: CmdArgs) -> None:
+    with timeline.phase("cache_remove"):
+        await scratch.remove(netconf.cni_dir, cmd.container_id)

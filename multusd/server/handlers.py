@@ -26,6 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from cni_shim import gojson, results, wire
 from cni_shim.errors import DECODING_FAILURE, INTERNAL, INVALID_ENVIRONMENT, IO_FAILURE, CNIError
+from multusd import timeline
 from multusd.cni.args import parse_envelope_args
 from multusd.commands.add import ROLLBACK_SECONDS, add
 from multusd.commands.check import check
@@ -40,10 +41,10 @@ from multusd.config.schema import decode
 from multusd.errors import internal
 from multusd.heap import IdleTrim
 from multusd.logs.format import request_id
-from multusd.metrics import Phases, note_phase, phases_text, timeline
 from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import ContainerQueue, RequestGate
 from multusd.server.validate import check_config_text, check_env_text, check_pod_env
+from multusd.timeline import Phases
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ class Handlers:
         self.state.in_flight += 1
         self.heap.busy()
         try:
-            with timeline() as phases:
+            with timeline.timeline() as phases:
                 return await self._handle(request, started, hotplug, phases)
         finally:
             self.state.in_flight -= 1
@@ -256,7 +257,7 @@ class Handlers:
             deadline = asyncio.get_running_loop().time() + self.limits.request_timeout
             cmd = dataclasses.replace(cmd, config=config, deadline=deadline)
             runner = self._runner(cmd, attributes, hotplug)
-            note_phase("decode", time.monotonic() - started)  # body read, decoded, checked
+            timeline.note_phase("decode", time.monotonic() - started)  # body read, decoded, checked
         except CNIError as exc:
             log.info("%s rejected: %s", request.path, exc)
             response = error_response(exc)
@@ -267,6 +268,7 @@ class Handlers:
             return error_response(_env_error(f"unknown cmd type: {cmd.command}"))
         request_id.set(cmd.request_id)  # this task's log lines carry it from here on
         assert cmd.deadline is not None
+        result: dict[str, Any] | None = None
         try:
             result = await self.queue.run(
                 cmd.container_id or None,  # node-level commands (GC, STATUS) have none
@@ -301,11 +303,21 @@ class Handlers:
             elapsed,
             "ok" if outcome is None else outcome,
         )
+        with timeline.phase("respond"):
+            response = self._response(request, stdin, result, outcome)
         if log.isEnabledFor(logging.DEBUG):  # where the wall time went (docs/performance.md)
             log.debug(
                 "%s %s phases (container=%s): %s", request.path, cmd.command, cmd.container_id,
-                phases_text(phases, seconds),
+                timeline.phases_text(phases, time.monotonic() - started),
             )  # fmt: skip
+        return response
+
+    @staticmethod
+    def _response(
+        request: web.Request, stdin: bytes, result: dict[str, Any] | None, outcome: CNIError | None
+    ) -> web.Response:
+        """The answer: the error, nothing (DEL, CHECK...), or the result in the config's
+        version, as text ready to print when the shim asks for it (ours does)."""
         if outcome is not None:
             return error_response(outcome)
         if result is None:

@@ -166,3 +166,22 @@ async def test_unknown_cluster_network(
     error = added.json()
     assert "failed to get clusterNetwork nonexistent in namespace kube-system" in error["msg"]
     assert "cannot find network: nonexistent" in error.get("details", "")
+
+
+async def test_a_result_cache_that_cannot_be_written_fails_the_add_and_rolls_it_back(
+    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, conflist_file: Path
+) -> None:
+    # The result cache is written beside the status write (multusd/cni/pending.py); its
+    # failure must still fail the delegate as libcni's AddNetworkList does, and roll it back.
+    daemon = await start_daemon(clusterNetwork=str(conflist_file))
+    daemon.cni_dir.mkdir(parents=True, exist_ok=True)
+    (daemon.cni_dir / "results").write_text("a file where the results directory goes\n")
+    name = await netns()
+    added = await run_shim(shim_path, "ADD", shim_config(daemon), env=pod_env(name))
+    assert added.returncode == 1, added
+    msg = added.json()["msg"]
+    assert 'error adding container to network "testnet": failed to set network "testnet" ' \
+        "cached result: " in msg, msg  # fmt: skip
+    assert await addresses(name) == {"lo": []}, "the bridge ADD was rolled back"
+    assert not any((workdir / "ipam" / "testnet").glob("10.*")), "its address released"
+    assert (await daemon.request("GET", "/healthz"))[0] == 200

@@ -70,9 +70,15 @@ async def test_cached_pod_costs_no_reads_and_one_status_patch(
         )
         for verb in ("ADD", "DEL")
     )
-    for phase in ("decode ", "pod_lookup ", "delegate[testnet] ", "status_write ", "other "):
+    for phase in (
+        "decode ", "pod_lookup ", "delegates ", "cache_save ", "delegate[testnet] ",
+        "find[bridge] ", "spawn[bridge] ", "run[bridge] ", "cache_write ", "convert ",
+        "status_write ", "respond ", "other ",
+    ):  # fmt: skip
         assert phase in add_line, add_line
-    assert "delegate_del[testnet] " in del_line, del_line
+    for phase in ("cache_load ", "delegate_del[testnet] ", "cache_read ", "run[bridge] "):
+        assert phase in del_line, del_line
+    print(add_line, del_line, sep="\n")
 
 
 async def test_protobuf_pod_cache(

@@ -1,30 +1,58 @@
-"""multusd.metrics' request timeline: the phases of one request, in order, for its debug line."""
+"""multusd.timeline: the phases of one request, in order, and the parts inside them."""
 
 from __future__ import annotations
 
 import asyncio
 
-from multusd.metrics import Recorder, note_phase, phases_text, timeline
+from multusd import timeline
+from multusd.metrics import Recorder
+from multusd.timeline import Phase, note_part, note_phase, phases_text
 
 
 async def test_phases_are_collected_across_the_requests_tasks_and_only_inside_it() -> None:
     recorder = Recorder()
     note_phase("before", 1.0)  # no timeline: nowhere to go, and no error
-    with timeline() as phases:
+    with timeline.timeline() as phases:
         note_phase("decode", 0.001)
 
         async def work() -> None:
             with recorder.phase("delegate", plugin="bridge"):
                 await asyncio.sleep(0)
-            note_phase("delegate_del[bridge]", 0.002)
+            with timeline.phase("delegate_del[bridge]"):
+                await asyncio.sleep(0)
 
         await asyncio.create_task(work())  # the queue runs a request's work in a task of its own
-    assert [name for name, _ in phases] == ["decode", "delegate[bridge]", "delegate_del[bridge]"]
+    assert [p.name for p in phases] == ["decode", "delegate[bridge]", "delegate_del[bridge]"]
     note_phase("after", 1.0)
     assert len(phases) == 3
 
 
-def test_the_text_names_each_phase_and_what_none_covers() -> None:
-    text = phases_text([("decode", 0.0004), ("delegate[bridge]", 0.0247)], total=0.0263)
-    assert text == "decode 0.4ms, delegate[bridge] 24.7ms, other 1.2ms"
+async def test_a_part_belongs_to_the_phase_open_where_it_is_noted() -> None:
+    with timeline.timeline() as phases:
+        note_part("find[bridge]", 0.001)  # outside any phase: a phase of its own
+
+        async def plugin() -> None:  # a task of the phase's, as a gathered plugin run would be
+            note_part("run[bridge]", 0.002)
+
+        with timeline.phase("delegate[net]"):
+            note_part("spawn[bridge]", 0.001)
+            await asyncio.create_task(plugin())
+        with timeline.part("cache_write"):
+            pass
+    assert [(p.name, [n for n, _ in p.parts]) for p in phases] == [
+        ("find[bridge]", []),
+        ("delegate[net]", ["spawn[bridge]", "run[bridge]"]),
+        ("cache_write", []),
+    ]
+
+
+def test_the_text_names_each_phase_its_parts_and_what_none_covers() -> None:
+    delegate = Phase(
+        "delegate[bridge]", 0.0247, [("spawn[bridge]", 0.0008), ("run[bridge]", 0.023)]
+    )
+    text = phases_text([Phase("decode", 0.0004), delegate], total=0.0263)
+    assert text == (
+        "decode 0.4ms, delegate[bridge] 24.7ms (spawn[bridge] 0.8ms, run[bridge] 23.0ms), "
+        "other 1.2ms"
+    )
     assert phases_text([], total=0.001) == "other 1.0ms"
