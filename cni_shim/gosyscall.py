@@ -10,14 +10,14 @@ start) is imported by :func:`exit_text` only, which only the daemon calls.
 
 from __future__ import annotations
 
-import os
+import posix
 
 
 def errno_text(errno: int | None) -> str:
     """Go's ``syscall.Errno.Error()``: the C text with a lower-case first letter."""
     if errno is None:
         return "unknown error"
-    text = os.strerror(errno)
+    text = posix.strerror(errno)
     return text[:1].lower() + text[1:]
 
 

@@ -19,10 +19,10 @@ kept config away, so that the node goes back to its cluster network (docs/operat
 
 from __future__ import annotations
 
-import os
+import posix
 import time
 
-from cni_shim import gojson, transport, wire
+from cni_shim import gojson, gopath, transport, wire
 from cni_shim.errors import INTERNAL, NOT_AVAILABLE, TRY_AGAIN_LATER, CNIError
 from cni_shim.log import timestamp
 
@@ -243,7 +243,7 @@ class RestartNote:
         seen = False
         for path in self.paths:
             try:
-                st = os.stat(path)
+                st = posix.stat(path)
             except OSError:
                 continue
             seen = True
@@ -267,7 +267,7 @@ def _sha256(path: str) -> str | None:
 def read_note(socket_dir: str) -> RestartNote | None:
     """The socket directory's :class:`RestartNote`, ``None`` when there is none (or not one)."""
     try:
-        with open(os.path.join(socket_dir, RESTART_NOTE), "rb") as handle:
+        with open(gopath.join(socket_dir, RESTART_NOTE), "rb") as handle:
             data = handle.read(65536)
     except OSError:
         return None
@@ -353,7 +353,7 @@ class DeleteWait:
         error = _unlink(path)
         if error is not None:
             raise GoneForGood(failure.code, f"{failure.msg}: {gone}; cannot remove {path}: {error}")
-        _unlink(os.path.join(self.socket_dir, RESTART_NOTE))
+        _unlink(gopath.join(self.socket_dir, RESTART_NOTE))
         raise CNIError(
             TRY_AGAIN_LATER,
             f"{failure.msg}: {gone}: removed {path}, so that the runtime uses its cluster network "
@@ -363,7 +363,7 @@ class DeleteWait:
 
 def _unlink(path: str) -> OSError | None:
     try:
-        os.unlink(path)
+        posix.unlink(path)
     except OSError as exc:
         return exc
     return None

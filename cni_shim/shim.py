@@ -11,9 +11,7 @@ again (code 11), where upstream's is lost (``readiness.DeleteWait``).
 
 from __future__ import annotations
 
-import posixpath
-
-from cni_shim import gojson, gojsonerr, readiness, skel, transport, wire
+from cni_shim import gojson, gojsonerr, gopath, readiness, skel, transport, wire
 from cni_shim.errors import INTERNAL, NOT_AVAILABLE, TRY_AGAIN_LATER, CNIError
 from cni_shim.log import Logger
 
@@ -72,8 +70,7 @@ def parse_shim_config(stdin_data: bytes) -> ShimConfig:
 
 def socket_path(socket_dir: str) -> str:
     """Go's ``filepath.Join(dir, "multus.sock")`` (which also cleans the path)."""
-    path = posixpath.normpath(posixpath.join(socket_dir, SOCKET_NAME))
-    return path[1:] if path.startswith("//") else path
+    return gopath.join(socket_dir, SOCKET_NAME)
 
 
 class _Shim:

@@ -22,12 +22,14 @@ reads) and a new exec sees either the old or the new file.
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import binascii
 import gc
 import importlib.util
 import marshal
+import types
 import zlib
 from pathlib import Path
 
@@ -149,6 +151,24 @@ def _strip_docstrings(source: bytes) -> bytes:
     return ast.unparse(tree).encode("utf-8")
 
 
+def _compiled(source: bytes, filename: str) -> types.CodeType:
+    """``source`` compiled as it runs in the shim: ``optimize=2``, and its ``from __future__
+    import annotations`` turned into the compiler flag it stands for, which gives the same code
+    without importing ``__future__`` at every start."""
+    tree = parse_source(source)
+    future = [
+        node for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__"
+        and [a.name for a in node.names] == ["annotations"]
+    ]  # fmt: skip
+    tree.body = [node for node in tree.body if node not in future] or [ast.Pass()]
+    flags: int = __future__.annotations.compiler_flag if future else 0
+    code: types.CodeType = compile(
+        tree, filename, "exec", flags=flags, dont_inherit=True, optimize=2
+    )
+    return code
+
+
 def _package_modules(package_dir: Path) -> list[tuple[str, bool, str, bytes]]:
     """``[(module name, is_package, filename, source)]`` for every module of cni_shim."""
     modules: list[tuple[str, bool, str, bytes]] = []
@@ -177,10 +197,7 @@ def _payload(package_dir: Path) -> bytes:
     """
     modules = _package_modules(package_dir)
     index = {name: (is_pkg, filename) for name, is_pkg, filename, _ in modules}
-    code = {
-        name: marshal.dumps(compile(src, filename, "exec", dont_inherit=True, optimize=2))
-        for name, _, filename, src in modules
-    }
+    code = {name: marshal.dumps(_compiled(src, filename)) for name, _, filename, src in modules}
     sources = {name: _strip_docstrings(src) for name, _, _, src in modules}
     return marshal.dumps(
         (

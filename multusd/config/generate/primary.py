@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
-import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cni_shim import gojson
+from cni_shim import gojson, gopath
 from cni_shim.gofmt import go_value
 from cni_shim.gojsonerr import GoJSONError, value_type_error
 from cni_shim.gojsonerr import loads as go_loads
@@ -82,11 +81,7 @@ def _missing_dir() -> list[str]:
 
 def primary_path(autoconfig_dir: str, name: str) -> str:
     """``filepath.Join(dir, name)``: also what ``clusterNetwork`` says (not made absolute)."""
-    joined = "/".join(part for part in (autoconfig_dir, name) if part)
-    if not joined:
-        return ""
-    cleaned = posixpath.normpath(joined)
-    return "/" + cleaned.lstrip("/") if cleaned.startswith("//") else cleaned
+    return gopath.join(autoconfig_dir, name)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""cni_shim.gopath against Go's own ``path/filepath`` test table (``clean_test``, ``join_test``)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cni_shim import gopath
+
+# From Go's src/path/filepath/path_test.go (cleantests, the Unix ones).
+CLEAN = [
+    ("abc", "abc"), ("abc/def", "abc/def"), ("a/b/c", "a/b/c"), (".", "."), ("..", ".."),
+    ("../..", "../.."), ("../../abc", "../../abc"), ("/abc", "/abc"), ("/", "/"), ("", "."),
+    ("abc/", "abc"), ("abc/def/", "abc/def"), ("a/b/c/", "a/b/c"), ("./", "."), ("../", ".."),
+    ("../../", "../.."), ("/abc/", "/abc"), ("abc//def//ghi", "abc/def/ghi"), ("//abc", "/abc"),
+    ("///abc", "/abc"), ("//abc//", "/abc"), ("abc//", "abc"), ("abc/./def", "abc/def"),
+    ("/./abc/def", "/abc/def"), ("abc/.", "abc"), ("abc/def/ghi/../jkl", "abc/def/jkl"),
+    ("abc/def/../ghi/../jkl", "abc/jkl"), ("abc/def/..", "abc"), ("abc/def/../..", "."),
+    ("/abc/def/../..", "/"), ("abc/def/../../..", ".."), ("/abc/def/../../..", "/"),
+    ("abc/def/../../../ghi/jkl/../../../mno", "../../mno"), ("/../abc", "/abc"),
+    ("abc/./../def", "def"), ("abc//./../def", "def"), ("abc/../../././../def", "../../def"),
+]  # fmt: skip
+
+# From Go's jointests.
+JOIN = [
+    ((), ""), (("",), ""), (("a",), "a"), (("a", "b"), "a/b"), (("a", ""), "a"), (("", "b"), "b"),
+    (("/", "a"), "/a"), (("/", "a/b"), "/a/b"), (("/", ""), "/"), (("//", "a"), "/a"),
+    (("/a", "b"), "/a/b"), (("a/", "b"), "a/b"), (("a/", ""), "a"), (("", ""), ""),
+    (("/run/multus/", "multus.sock"), "/run/multus/multus.sock"), (("a", "/b"), "a/b"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "cleaned"), CLEAN)
+def test_clean_is_gos(path: str, cleaned: str) -> None:
+    assert gopath.clean(path) == cleaned
+
+
+@pytest.mark.parametrize(("elements", "joined"), JOIN)
+def test_join_is_gos(elements: tuple[str, ...], joined: str) -> None:
+    assert gopath.join(*elements) == joined
+
+
+def test_the_shims_start_imports_no_os() -> None:
+    # os (with stat, posixpath, _collections_abc) is ~2 ms of every start of the shim.
+    root = Path(__file__).resolve().parents[3]
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import cni_shim.__main__, cni_shim.shim; "
+        "print(' '.join(m for m in ('os', 'posixpath', 'stat', 'enum', 're') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        ["/usr/bin/python3", "-I", "-S", "-c", code, str(root)],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.split() == []
