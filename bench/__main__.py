@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[], Any]] = {
     "readiness_stat": readiness_stat.main,
     "concurrency": concurrency.main,
     "profile_add": profile_add.main,
+    "phases": phases.main,  # our daemon's per-phase wall time (also in WITH_OPTIONS)
     "faults": faults.main,  # issue 13's long runs, about 12 min (also in WITH_OPTIONS)
     "memory_limit": memory_limit.main,  # ours in a 50 MiB cgroup (also in WITH_OPTIONS)
 }

@@ -229,20 +229,53 @@ async def one_at_a_time(
     }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class CpuTimes:
+    """Seconds of CPU so far: the daemon's own, its reaped children's (the plugins, with the
+    host-local each bridge runs), this process's reaped children's (the shims), this process's
+    own (the emulator and the benchmark), and the whole machine's (busy, all cores)."""
+
+    daemon: float
+    plugins: float
+    shims: float
+    bench: float
+    machine: float
+
+    @classmethod
+    def now(cls, pid: int) -> CpuTimes:
+        tick = os.sysconf("SC_CLK_TCK")
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        utime, stime, cutime, cstime = (int(v) / tick for v in fields[11:15])
+        cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        me = os.times()
+        return cls(
+            daemon=utime + stime, plugins=cutime + cstime,
+            shims=me.children_user + me.children_system, bench=me.user + me.system,
+            machine=(sum(cpu) - cpu[3] - cpu[4]) / tick,  # all but idle and iowait
+        )  # fmt: skip
+
+    def since(self, before: CpuTimes) -> dict[str, float]:
+        return {k: v - getattr(before, k) for k, v in asdict(self).items()}
+
+
 async def at_once(side: Side, pods: list[tuple[str, str]]) -> dict[str, Any]:
-    """All ADDs at once, then (once all are done) all DELs at once, with the side's own shim."""
+    """All ADDs at once, then (once all are done) all DELs at once, with the side's own shim;
+    with the CPU each part of the machine spent meanwhile (:class:`CpuTimes`)."""
     out: dict[str, Any] = {}
     conf = side.daemon.runtime_conf
+    assert side.daemon.proc is not None
+    pid = side.daemon.proc.pid
     async with netns_envs(pods) as envs:
         for command in ("ADD", "DEL"):
             calls = Calls()
+            before = CpuTimes.now(pid)
             start = time.perf_counter()
             for call in await asyncio.gather(
                 *(call_shim(side.shim, command, conf, e) for e in envs)
             ):
                 calls.add(call)
             calls.wall_s = time.perf_counter() - start
-            out[command.lower()] = calls.summary()
+            out[command.lower()] = calls.summary() | {"cpu_s": CpuTimes.now(pid).since(before)}
     return out
 
 
@@ -332,11 +365,12 @@ def _ms(result: dict[str, Any], key: str) -> float | None:
 
 def _best_wall(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The burst repeated ``--bursts`` times: the median wall time, failures summed."""
-    walls = sorted(r["wall_s"] for r in runs)
+    median = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
     failures = sum(r["failures"] for r in runs)
     errors = [r["first_error"] for r in runs if r["first_error"]]
     return {
-        "wall_s": walls[len(walls) // 2],
+        "wall_s": median["wall_s"],
+        "cpu_s": median.get("cpu_s"),  # that run's (older results have none)
         "failures": failures,
         "runs": sum(r["runs"] for r in runs),
         "first_error": errors[0] if errors else None,
@@ -471,6 +505,7 @@ def summarize(data: dict[str, Any], command: str, about: str) -> str:
             for k in ("median_ms", "p99_ms")
         ]
         pairs.append(f"| {pairing} | " + " | ".join(cells) + " |")
+    cpu_rows = _cpu_rows(data)
     errors = _errors(data) or ["- none: every call succeeded."]
     load = data["load_average"]
     n = data["rounds"] * data["per_round"]
@@ -504,11 +539,32 @@ All four pairings, one at a time:
 |---|---|---|---|---|
 {chr(10).join(pairs)}
 
+CPU seconds spent during the 200 at once (the median run), by whom; "machine" is every core's
+busy time, so on 2 cores it can reach twice the wall time:
+
+| burst | wall s | machine busy | daemon | its plugins | the shims | emulator and bench |
+|---|---|---|---|---|---|---|
+{chr(10).join(cpu_rows)}
+
 Failures:
 
 {chr(10).join(errors)}
 
 ![Side by side: one at a time in all four pairings, and at once](images/sidebyside.png)"""
+
+
+def _cpu_rows(data: dict[str, Any]) -> list[str]:
+    rows = []
+    for side in SIDES:
+        for verb in ("add", "del"):
+            run = _best_wall([r[verb] for r in data["at_once"][side][str(WIDTHS[-1])]])
+            cpu = run.get("cpu_s")
+            if cpu is None or run.get("wall_s") is None:
+                continue
+            cells = [f"{cpu[k]:.2f}" for k in ("machine", "daemon", "plugins", "shims", "bench")]
+            rows.append(f"| {side}, {WIDTHS[-1]} {verb.upper()}s | {run['wall_s']:.2f} | "
+                        + " | ".join(cells) + " |")  # fmt: skip
+    return rows
 
 
 def _command(argv: Sequence[str]) -> str:
