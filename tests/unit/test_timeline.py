@@ -56,3 +56,14 @@ def test_the_text_names_each_phase_its_parts_and_what_none_covers() -> None:
         "other 1.2ms"
     )
     assert phases_text([], total=0.001) == "other 1.0ms"
+
+
+def test_bench_phases_reads_the_line_back() -> None:
+    # bench/phases.py aggregates these lines: the two must agree on the format.
+    from bench.phases import parse_line
+
+    delegate = Phase("delegate[net]", 0.018, [("spawn[bridge]", 0.001), ("run[bridge]", 0.016)])
+    text = phases_text([Phase("decode", 0.0004), delegate], total=0.0204)
+    phases, parts = parse_line(text)
+    assert phases == [("decode", 0.4), ("delegate[net]", 18.0), ("other", 2.0)]
+    assert parts == {"delegate[net] / spawn[bridge]": [1.0], "delegate[net] / run[bridge]": [16.0]}
