@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -161,6 +162,24 @@ def save(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+def publishing_options(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--republish`` and ``--no-publish``, for a benchmark that saves ``bench/results/NAME.json``
+    and publishes a section of docs/performance.md."""
+    parser.add_argument(
+        "--republish",
+        action="store_true",
+        help=f"no run: table and chart again from bench/results/{name}.json",
+    )
+    parser.add_argument("--no-publish", action="store_true",
+                        help="print the table and save the JSON, leave docs/ alone")  # fmt: skip
+
+
+def saved(name: str) -> dict[str, Any]:
+    """The last run's figures, ``bench/results/NAME.json`` (for ``--republish``)."""
+    data: dict[str, Any] = json.loads((RESULTS / f"{name}.json").read_text())
+    return data
 
 
 def report(name: str, markdown: str, data: dict[str, Any], *, section: str | None = None) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import re
 import statistics
@@ -29,7 +28,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, call_shim, chart, report, save, short_id
+from bench.common import (
+    call_shim,
+    chart,
+    publishing_options,
+    report,
+    save,
+    saved,
+    short_id,
+)
 from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
 from bench.sidebyside import ELSEWHERE, NODE, ON_NODE, PodPool, _bridges, _our_commit, netns_envs
 from bench.sidebyside import seed as seed_pods
@@ -217,7 +224,6 @@ def summarize(data: dict[str, Any], command: str) -> str:
     failures = [f for label in labels for f in data["runs"][label]["failures"]]
     lines += ["", f"Failures: {len(failures)}" + (f"; first: `{failures[0]}`" if failures else ".")]
     lines += ["", "![Where an ADD's and a DEL's wall time goes](images/phases.png)"]
-    _chart(data)
     return "\n".join(lines)
 
 
@@ -268,13 +274,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--on-node", type=int, default=ON_NODE, help="pods on the node")
     parser.add_argument("--elsewhere", type=int, default=ELSEWHERE, help="pods on other nodes")
-    parser.add_argument(
-        "--republish",
-        action="store_true",
-        help="no run: table and chart again from bench/results/phases.json",
-    )
-    parser.add_argument("--no-publish", action="store_true",
-                        help="print the table and save the JSON, leave docs/ alone")  # fmt: skip
+    publishing_options(parser, "phases")
     args = parser.parse_args(list(argv))
     pairs = [tuple(i.split("=", 1)) for i in args.interpreter if "=" in i]
     if len(pairs) != len(args.interpreter):
@@ -285,14 +285,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] = ()) -> dict[str, Any]:
     args = parse(argv)
-    if args.republish:
-        data: dict[str, Any] = json.loads((RESULTS / "phases.json").read_text())
-    else:
-        data = asyncio.run(run(args))
+    data = saved("phases") if args.republish else asyncio.run(run(args))
     markdown = summarize(data, _command(argv))
     if args.no_publish:
         save("phases", data)
         print(markdown)
     else:
+        _chart(data)
         report("phases", markdown, data)
     return data

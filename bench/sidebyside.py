@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
-import json
 import os
 import shlex
 import subprocess
@@ -37,14 +36,15 @@ from typing import Any
 
 from bench.common import (
     REPO,
-    RESULTS,
     ShimCall,
     Stats,
     call_shim,
     chart,
     netns,
+    publishing_options,
     report,
     save,
+    saved,
     short_id,
 )
 from bench.kube_requests import pod_env
@@ -596,13 +596,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--bursts", type=int, default=3, help="runs of each at-once burst")
     parser.add_argument("--on-node", type=int, default=ON_NODE, help="pods on the node")
     parser.add_argument("--elsewhere", type=int, default=ELSEWHERE, help="pods on other nodes")
-    parser.add_argument(
-        "--republish",
-        action="store_true",
-        help="no run: table and chart again from bench/results/sidebyside.json",
-    )
-    parser.add_argument("--no-publish", action="store_true",
-                        help="print the table and save the JSON, leave docs/ alone")  # fmt: skip
+    publishing_options(parser, "sidebyside")
     args = parser.parse_args(list(argv))
     if not args.republish and not (args.daemon and args.shim):
         parser.error("--daemon PATH and --shim PATH are required")
@@ -612,7 +606,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] = ()) -> dict[str, Any]:
     args = parse(argv)
     if args.republish:
-        data: dict[str, Any] = json.loads((RESULTS / "sidebyside.json").read_text())
+        data = saved("sidebyside")
     else:
         if max(WIDTHS) > args.on_node:
             raise SystemExit(f"--on-node must be at least {max(WIDTHS)} (the widest burst)")
