@@ -9,6 +9,7 @@ runtime killed the shim, the daemon is stopping) rolls back the way a failing on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -192,7 +193,9 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
                 record_added_interface(services, pod, latest, rt.ifname, delegate.name)
             log.debug("added %s as %s", delegate.name, rt.ifname)
     except asyncio.CancelledError:
-        await writes.settle()
+        # A second cancellation must not cost the rollback: the writes are awaited, not stopped.
+        with contextlib.suppress(asyncio.CancelledError):
+            await writes.settle()
         if started:
             log.info("ADD cancelled: rolling back %d delegate(s)", started)
             await _rollback(services, netconf, cmd, k8s, delegates[:started])
