@@ -103,3 +103,18 @@ class FakeDaemon:
 
 def ok(req: Request) -> bytes:
     return response(200)
+
+
+def bare_python(code: str) -> str:
+    """``code``'s stdout, run as the shim runs: Debian's interpreter under ``-I -S``, with this
+    checkout first on ``sys.path`` (``sys.argv[1]``), so what it imports is what the shim pays."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    prelude = "import sys; sys.path.insert(0, sys.argv[1]); "
+    done = subprocess.run(
+        ["/usr/bin/python3", "-I", "-S", "-c", prelude + code, str(root)],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return done.stdout

@@ -203,17 +203,10 @@ def test_decode_error_body_text_form(body: bytes) -> None:
 def test_a_body_that_is_no_object_is_not_decoded() -> None:
     # An upstream daemon without /readyz answers "404 page not found" on every ADD's probe; a
     # JSON syntax error would make the shim import json (~15 ms) just to raise it.
-    import subprocess
-    from pathlib import Path
+    from tests.unit.cni_shim.shimfakes import bare_python
 
-    root = Path(__file__).resolve().parents[3]
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from cni_shim import wire; "
-        "e = wire.decode_error_body(404, b'404 page not found\\n'); "
+    out = bare_python(
+        "from cni_shim import wire; e = wire.decode_error_body(404, b'404 page not found\\n'); "
         "print(type(e).__name__, 'json' in sys.modules)"
     )
-    done = subprocess.run(
-        ["/usr/bin/python3", "-I", "-S", "-c", code, str(root)],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    assert done.stdout.split() == ["RequestFailed", "False"]
+    assert out.split() == ["RequestFailed", "False"]
