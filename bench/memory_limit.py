@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from multusd.cni.admission import MiB
-from multusd.cni.cgroup import memory_mount
+from multusd.cni.cgroup import V1, V2, Level, memory_mount
 
 NAME = "memory_limit"
 LIMIT_MIB = 50
@@ -152,10 +152,10 @@ class MemoryCgroup:
     def usage(self) -> int:
         return int(self._read("memory.usage_in_bytes" if self.version == 1 else "memory.current"))
 
-    def working_set(self) -> int:
-        """Usage minus inactive file pages (what ``multusd.cni.admission`` reads)."""
-        inactive = "total_inactive_file" if self.version == 1 else "inactive_file"
-        return max(0, self.usage() - self._field("memory.stat", inactive))
+    def unreclaimable(self) -> int:
+        """Usage minus the page cache the kernel can reclaim: what ``multusd.cni.admission``
+        reads (``multusd.cni.cgroup``)."""
+        return Level(self.path, *(V1 if self.version == 1 else V2)).unreclaimable()
 
     def peak(self) -> int | None:
         name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
@@ -348,7 +348,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await peer.start()
                 try:
                     data["idle"] = {"usage_mib": cgroup.usage() / MiB,
-                                    "working_set_mib": cgroup.working_set() / MiB,
+                                    "unreclaimable_mib": cgroup.unreclaimable() / MiB,
                                     "peak_mib": (cgroup.peak() or 0) / MiB}  # fmt: skip
                     for width in args.bursts:
                         peer = await _ensure_running(peer)
@@ -481,8 +481,8 @@ def summarize(runs: list[dict[str, Any]]) -> str:
             f"{who}: command `{data['command']}`; cgroup v{data['cgroup']['version']}, limit "
             f"{data['limit_mib']} MiB, swap off; {data['on_node']:,} pods on the node, "
             f"{data['elsewhere']:,} elsewhere; once healthy the cgroup held "
-            f"{idle.get('usage_mib', 0):.1f} MiB ({idle.get('working_set_mib', 0):.1f} MiB "
-            f"without inactive page cache); the run took {data['seconds']:.0f} s, load average "
+            f"{idle.get('usage_mib', 0):.1f} MiB ({idle.get('unreclaimable_mib', 0):.1f} MiB "
+            f"without reclaimable page cache); the run took {data['seconds']:.0f} s, load average "
             f"{load[0]:.1f} before and {load[1]:.1f} after (2 cores shared with other work)."
         )
     rows = [row for data in runs for row in _rows(data)]

@@ -15,7 +15,7 @@ later": the runtime retries). A cgroup without a limit (v1's ~2**63, v2's ``max`
 admission control and no cost: no file is read per execution.
 
 How much the cgroup may still grow is read by :mod:`multusd.cni.cgroup` (cgroup v1 or v2,
-found from ``mountinfo``; the working set, as the kubelet counts it).
+found from ``mountinfo``; usage less the page cache the kernel can reclaim).
 """
 
 from __future__ import annotations

@@ -11,15 +11,23 @@ Where the numbers come from (no path is hard-coded: the mount points are found i
 parameters, so tests use a fake tree):
 
 * cgroup v1, the ``memory`` controller: ``memory.limit_in_bytes`` and ``memory.usage_in_bytes``
-  minus ``total_inactive_file`` from ``memory.stat``;
-* cgroup v2 (the unified hierarchy): ``memory.max`` and ``memory.current`` minus
-  ``inactive_file`` from ``memory.stat``.
+  minus the reclaimable page cache from ``memory.stat``: ``total_cache`` less ``total_shmem``,
+  ``total_mapped_file``, ``total_dirty`` and ``total_writeback``;
+* cgroup v2 (the unified hierarchy): ``memory.max`` and ``memory.current`` minus the same from
+  ``memory.stat``: ``file`` less ``shmem``, ``file_mapped``, ``file_dirty``, ``file_writeback``.
 
-Usage minus inactive file pages is the cgroup's *working set*, as the kubelet computes it for
-its eviction decisions: inactive page cache (files the daemon and its plugins read once: configs,
-caches, the plugin binaries) is the first thing the kernel reclaims when the cgroup reaches its
-limit, before it considers an OOM kill, so counting it as used would throttle a daemon that is in
-no danger. Active file pages are counted: the kernel reclaims them later and less reliably.
+Usage minus clean, unmapped page cache is what the kernel cannot take back when the cgroup
+reaches its limit. With no swap (upstream's DaemonSet, and ours, run without), anonymous memory
+stays where it is, so the kernel reclaims file pages, active and inactive alike (it ages active
+pages onto the inactive list as that runs short), before it considers an OOM kill. The files
+the daemon and its plugins write and read back (its caches, host-local's addresses, its log)
+and the plugin binaries between runs are such pages. Counting the active ones as used, as the
+kubelet's working set does, stalled a 200-ADD burst under 50 MiB: 5.6 MiB of active cache, no
+plugin running, and every ADD waiting for its deadline (163 of 200 refused;
+docs/performance.md, "Under a 50 Mi limit"). What is excluded stays counted: tmpfs and shared
+memory (not reclaimable without swap), pages mapped by a running process (a plugin's own text:
+taking them would only make it fault them back), and dirty pages or pages under writeback
+(they must reach the disk first).
 Every ancestor of the daemon's cgroup visible under the mount that has a limit counts too (a
 pod-level limit over a container's), and the smallest headroom wins.
 
@@ -54,12 +62,18 @@ def _read(path: Path) -> bytes:
         os.close(fd)
 
 
-def _stat_field(data: bytes, name: bytes) -> int:
-    for line in data.splitlines():
-        key, _, value = line.partition(b" ")
-        if key == name:
-            return int(value)
-    return 0
+@dataclass(frozen=True, slots=True)
+class StatNames:
+    """Where one cgroup version keeps the figures of its page cache in ``memory.stat``: all of
+    it, and the parts of it that cannot be reclaimed (module docstring)."""
+
+    cache: bytes
+    pinned: tuple[bytes, ...]
+
+    def reclaimable(self, stat: bytes) -> int:
+        fields = dict(line.partition(b" ")[::2] for line in stat.splitlines())
+        cache = int(fields.get(self.cache, 0))
+        return max(0, cache - sum(int(fields.get(name, 0)) for name in self.pinned))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +83,7 @@ class Level:
     path: Path
     limit_file: str
     usage_file: str
-    inactive_file: bytes
+    stat: StatNames
 
     def limit(self) -> int | None:
         raw = _read(self.path / self.limit_file).strip()
@@ -78,19 +92,31 @@ class Level:
         value = int(raw)
         return None if value >= UNLIMITED else value
 
-    def working_set(self) -> int:
+    def unreclaimable(self) -> int:
+        """Usage less what the kernel can reclaim without swap (module docstring)."""
         usage = int(_read(self.path / self.usage_file))
-        inactive = _stat_field(_read(self.path / "memory.stat"), self.inactive_file)
-        return max(0, usage - inactive)
+        return max(0, usage - self.stat.reclaimable(_read(self.path / "memory.stat")))
 
 
-V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes", b"total_inactive_file")
-V2 = ("memory.max", "memory.current", b"inactive_file")
+V1 = (
+    "memory.limit_in_bytes",
+    "memory.usage_in_bytes",
+    StatNames(
+        b"total_cache",
+        (b"total_shmem", b"total_mapped_file", b"total_dirty", b"total_writeback"),
+    ),
+)
+V2 = (
+    "memory.max",
+    "memory.current",
+    StatNames(b"file", (b"shmem", b"file_mapped", b"file_dirty", b"file_writeback")),
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """One check: the tightest level's limit, its working set, and the headroom under it."""
+    """One check: the tightest level's limit, what of it is used and cannot be reclaimed, and the
+    headroom under it."""
 
     limit: int
     used: int
@@ -115,7 +141,7 @@ class CgroupMemory:
             limit = level.limit()
             if limit is None:
                 continue
-            reading = Reading(limit, level.working_set(), level.path)
+            reading = Reading(limit, level.unreclaimable(), level.path)
             if tightest is None or reading.headroom < tightest.headroom:
                 tightest = reading
         return tightest
@@ -174,7 +200,7 @@ def _directory(mounts: list[_Mount], cgroup: str) -> tuple[Path, Path] | None:
     return None
 
 
-def _levels(directory: Path, top: Path, names: tuple[str, str, bytes]) -> tuple[Level, ...]:
+def _levels(directory: Path, top: Path, names: tuple[str, str, StatNames]) -> tuple[Level, ...]:
     """Every directory from the cgroup up to the mount point whose limit is set now."""
     levels = []
     path = directory
@@ -182,7 +208,7 @@ def _levels(directory: Path, top: Path, names: tuple[str, str, bytes]) -> tuple[
         level = Level(path, *names)
         with contextlib.suppress(OSError, ValueError):
             if level.limit() is not None:
-                level.working_set()  # readable too, or the level is of no use
+                level.unreclaimable()  # readable too, or the level is of no use
                 levels.append(level)
         if path in (top, path.parent):
             break
@@ -236,7 +262,7 @@ def find_memory_cgroup(proc_self: Path = Path("/proc/self")) -> CgroupMemory | N
         v1_path, v2_path, mounts = _membership(proc_self)
     except OSError:
         return None
-    found: tuple[int, str, list[_Mount], tuple[str, str, bytes]] | None = None
+    found: tuple[int, str, list[_Mount], tuple[str, str, StatNames]] | None = None
     v1_mounts = _v1_memory_mounts(mounts)
     if v1_path is not None and v1_mounts:
         found = (1, v1_path, v1_mounts, V1)

@@ -108,7 +108,7 @@ async def test_a_burst_in_a_tight_cgroup_queues_instead_of_being_killed(
         assert (await run_shim(shim_path, "ADD", config, env=warm)).returncode == 0
         assert (await run_shim(shim_path, "DEL", config, env=warm)).returncode == 0
         room = PLUGIN_EXEC_BYTES + RESERVE_BYTES + 3 * MiB  # one plugin, not two
-        cgroup.set_limit(cgroup.working_set() + room)
+        cgroup.set_limit(cgroup.unreclaimable() + room)
         kills = cgroup.oom_kills()
         envs = [pod_env(await netns()) for _ in range(10)]
         added = await asyncio.gather(*(run_shim(shim_path, "ADD", config, env=e) for e in envs))
@@ -143,7 +143,7 @@ async def test_no_room_until_the_deadline_is_code_11_and_leaves_nothing(
         warm = pod_env(await netns())
         assert (await run_shim(shim_path, "ADD", config, env=warm)).returncode == 0
         assert (await run_shim(shim_path, "DEL", config, env=warm)).returncode == 0
-        cgroup.set_limit(cgroup.working_set() + PLUGIN_EXEC_BYTES + RESERVE_BYTES // 2)
+        cgroup.set_limit(cgroup.unreclaimable() + PLUGIN_EXEC_BYTES + RESERVE_BYTES // 2)
         env = pod_env(await netns())
         added = await run_shim(shim_path, "ADD", config, env=env)
         assert added.returncode != 0

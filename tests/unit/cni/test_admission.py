@@ -27,23 +27,31 @@ def _v1_mountinfo(point: Path, root: str = "/") -> str:
     )
 
 
-def _v1_dir(path: Path, limit: str, usage: int, inactive: int = 0) -> Path:
+def _v1_dir(path: Path, limit: str, usage: int, cache: int = 0, pinned: int = 0) -> Path:
+    """A v1 cgroup directory: ``cache`` bytes of page cache, of which ``pinned`` are spread
+    over what cannot be reclaimed (shmem, mapped, dirty, writeback)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "memory.limit_in_bytes").write_text(limit + "\n")
     (path / "memory.usage_in_bytes").write_text(f"{usage}\n")
+    part = pinned // 4
     (path / "memory.stat").write_text(
-        f"cache 0\nrss {usage}\ninactive_file 1\ntotal_cache 0\ntotal_rss {usage}\n"
-        f"total_inactive_file {inactive}\ntotal_active_file 0\n"
+        f"cache 1\nrss {usage}\nmapped_file 1\ninactive_file 1\ntotal_cache {cache}\n"
+        f"total_rss {usage - cache}\ntotal_shmem {part}\ntotal_mapped_file {part}\n"
+        f"total_dirty {part}\ntotal_writeback {pinned - 3 * part}\n"
+        f"total_inactive_file {cache // 3}\ntotal_active_file {cache - cache // 3}\n"
     )
     return path
 
 
-def _v2_dir(path: Path, limit: str, current: int, inactive: int = 0) -> Path:
+def _v2_dir(path: Path, limit: str, current: int, cache: int = 0, pinned: int = 0) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "memory.max").write_text(limit + "\n")
     (path / "memory.current").write_text(f"{current}\n")
+    part = pinned // 4
     (path / "memory.stat").write_text(
-        f"anon {current}\nfile 0\nactive_file 0\ninactive_file {inactive}\n"
+        f"anon {current - cache}\nfile {cache}\nshmem {part}\nfile_mapped {part}\n"
+        f"file_dirty {part}\nfile_writeback {pinned - 3 * part}\n"
+        f"active_file {cache - cache // 3}\ninactive_file {cache // 3}\n"
     )
     return path
 
@@ -56,25 +64,29 @@ def _proc(tmp: Path, cgroup: str, mountinfo: str) -> Path:
     return proc
 
 
-def _v1_tree(tmp: Path, *, limit: int, usage: int, inactive: int = 0) -> tuple[Path, Path]:
+def _v1_tree(
+    tmp: Path, *, limit: int, usage: int, cache: int = 0, pinned: int = 0
+) -> tuple[Path, Path]:
     """A v1 host: the daemon in /pods/daemon under the memory mount; returns (proc, cgroup)."""
     point = tmp / "cgroup" / "memory"
     _v1_dir(point, V1_UNLIMITED, 10 * 1024 * MiB)
     _v1_dir(point / "pods", V1_UNLIMITED, usage)
-    cgroup = _v1_dir(point / "pods" / "daemon", str(limit), usage, inactive)
+    cgroup = _v1_dir(point / "pods" / "daemon", str(limit), usage, cache, pinned)
     membership = "5:devices:/\n4:memory:/pods/daemon\n3:cpu,cpuacct:/\n0::/\n"
     return _proc(tmp, membership, _v1_mountinfo(point)), cgroup
 
 
-def _set_usage(cgroup: Path, usage: int, inactive: int = 0) -> None:
-    _v1_dir(cgroup, (cgroup / "memory.limit_in_bytes").read_text().strip(), usage, inactive)
+def _set_usage(cgroup: Path, usage: int, cache: int = 0) -> None:
+    _v1_dir(cgroup, (cgroup / "memory.limit_in_bytes").read_text().strip(), usage, cache)
 
 
 # --- discovery --------------------------------------------------------------------------------
 
 
-def test_v1_reads_usage_minus_inactive_file_under_the_limit(tmp_path: Path) -> None:
-    proc, cgroup = _v1_tree(tmp_path, limit=50 * MiB, usage=40 * MiB, inactive=6 * MiB)
+def test_v1_reads_usage_minus_reclaimable_page_cache_under_the_limit(tmp_path: Path) -> None:
+    """Active and inactive file pages alike are room; shmem, mapped, dirty and writeback
+    pages are not (multusd/cni/cgroup.py)."""
+    proc, cgroup = _v1_tree(tmp_path, limit=50 * MiB, usage=40 * MiB, cache=8 * MiB, pinned=2 * MiB)
     memory = find_memory_cgroup(proc)
     assert memory is not None and memory.version == 1
     assert [level.path for level in memory.levels] == [cgroup]  # unlimited ancestors dropped
@@ -84,11 +96,11 @@ def test_v1_reads_usage_minus_inactive_file_under_the_limit(tmp_path: Path) -> N
     assert reading.path == cgroup
 
 
-def test_v2_reads_current_minus_inactive_file(tmp_path: Path) -> None:
+def test_v2_reads_current_minus_reclaimable_page_cache(tmp_path: Path) -> None:
     point = tmp_path / "unified"
     point.mkdir()
     (point / "memory.stat").write_text("anon 1\n")  # the root cgroup: no memory.max
-    cgroup = _v2_dir(point / "kubepods" / "pod1" / "ctr", "52428800", 30 * MiB, 2 * MiB)
+    cgroup = _v2_dir(point / "kubepods" / "pod1" / "ctr", "52428800", 30 * MiB, 3 * MiB, 1 * MiB)
     _v2_dir(point / "kubepods" / "pod1", "max", 30 * MiB)
     _v2_dir(point / "kubepods", "max", 30 * MiB)
     mountinfo = f"30 23 0:26 / {point} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
@@ -285,7 +297,7 @@ async def test_a_del_with_room_passes_queued_adds_at_once(tmp_path: Path) -> Non
 
 async def test_reclaimable_page_cache_is_room(tmp_path: Path) -> None:
     admission, cgroup = _admission(tmp_path, usage=48 * MiB)
-    _set_usage(cgroup, 48 * MiB, inactive=20 * MiB)
+    _set_usage(cgroup, 48 * MiB, cache=20 * MiB)
     async with asyncio.timeout(5), admission.admitted(None):
         assert admission.waited == 0
 
