@@ -12,6 +12,11 @@ of the daemon's own imports (``import multusd.daemon``), which is what the daemo
 by. ``--site`` adds a throwaway venv's ``site-packages`` to the child's path (pydantic,
 pyroute2 and aiofiles are not installed here: they are what is measured).
 
+``python -m bench.deps layers`` splits the daemon's own imports the same way, one layer on top
+of the other (the interpreter; asyncio with ssl, json and logging; aiohttp's package, which
+always imports its client; ``aiohttp.web``; everything else ``import multusd.daemon`` brings):
+what each layer adds to ``RssAnon``, for docs/performance.md ("Under a 50 Mi limit").
+
 ``python -m bench.deps write [--site DIR]`` writes a delegate-cache-sized file the daemon's way
 (one ``asyncio.to_thread`` hop around :func:`multusd.fsutil.atomic_write`) and the same steps
 through aiofiles (one thread hop per call), in a directory on disk: latency one at a time, CPU
@@ -59,6 +64,15 @@ ROWS: dict[str, str] = {
         "    s.dump_routes()"
     ),
     "aiofiles (import aiofiles, aiofiles.os)": "import aiofiles\nimport aiofiles.os",
+}
+
+
+LAYERS: dict[str, str] = {
+    "the bare interpreter": "pass",
+    "asyncio, ssl, json, logging": "import asyncio, ssl, json, logging",
+    "aiohttp (its package, with its client)": "import aiohttp",
+    "aiohttp.web": "import aiohttp.web",
+    "the rest of `import multusd.daemon`": DAEMON_IMPORTS,
 }
 
 
@@ -111,6 +125,18 @@ def rss(site: str | None) -> None:
             f"| {label} | {alone[0] - bare[0]:+.1f} / {alone[1] - bare[1]:+.1f} "
             f"| {on_daemon[0] - daemon[0]:+.1f} / {on_daemon[1] - daemon[1]:+.1f} |"
         )
+
+
+def layers() -> None:
+    print(f"python {sys.version.split()[0]}, {RUNS} runs each, medians of RssAnon, MiB")
+    print("| layer | adds | in all |")
+    print("|---|---|---|")
+    code, before = "", 0.0
+    for label, more in LAYERS.items():
+        code = f"{code}\n{more}"
+        total = _median(code, None)[1]
+        print(f"| {label} | {total - before:+.1f} | {total:.1f} |")
+        before = total
 
 
 PAYLOAD = b"x" * 2048  # a delegate cache entry is a few KiB
@@ -196,12 +222,17 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.deps", description="What a library would cost the daemon."
     )
-    parser.add_argument("what", choices=("rss", "write"), help="which figures to measure")
+    parser.add_argument("what", choices=("rss", "layers", "write"), help="which figures to measure")
     parser.add_argument(
         "--site", default=None, help="a throwaway venv's site-packages, for the measured packages"
     )
     args = parser.parse_args(argv)
-    rss(args.site) if args.what == "rss" else write(args.site)
+    if args.what == "rss":
+        rss(args.site)
+    elif args.what == "layers":
+        layers()
+    else:
+        write(args.site)
     return 0
 
 
