@@ -44,6 +44,14 @@ async def _client(sim: KubeSim, tmp: Path, **settings: Any) -> KubeClient:
     return KubeClient(cfg, ClientSettings(**settings))
 
 
+DELIVERY_JITTER = 0.1
+"""How much later one request may reach the emulator's handler than another that took its token
+at the same moment (the loop both run on, the socket, the handler's queue): the server-side
+count can exceed ``burst + qps·T`` by at most ``qps`` times this, which no client-side bucket
+can remove. Arrival times are what the server stamps; the bucket is exact on token times
+(tests/unit/k8s/test_ratelimit.py)."""
+
+
 def _assert_window_bound(stamps: list[float], qps: float, burst: int, jitter: float) -> None:
     """In every window [a, b] of arrival times: at most burst + qps·(b - a + jitter)."""
     times = sorted(stamps)
@@ -87,8 +95,8 @@ async def test_a_server_that_slows_down_and_recovers_sees_no_burst_above_the_buc
             )
     stamps = [r.started for r in sim.stats.requests() if r.verb == "patch"]
     assert len(stamps) == n
-    assert _peak_one_second(stamps) <= burst + qps + 5  # was 219
-    _assert_window_bound(stamps, qps, burst, jitter=0.1)
+    assert _peak_one_second(stamps) <= burst + qps * (1 + DELIVERY_JITTER)  # was 219
+    _assert_window_bound(stamps, qps, burst, jitter=DELIVERY_JITTER)
 
 
 async def test_the_status_patch_is_served_before_queued_events(
