@@ -20,6 +20,12 @@ full -- peeks at the first bytes and:
   (``server.concurrency``); the ADDs and CHECKs of that container still waiting unread are
   superseded at once, as the daemon's queue would supersede them once read;
 * answers code 11 at once when ``maxPendingRequests`` requests are in the daemon and waiting;
+* answers code 11 an ADD or CHECK that has waited unread for ``requestTimeoutSeconds``: the
+  requests ahead of it are stuck (plugins waiting for memory under the container's limit, or
+  hanging until their deadlines), and a request the daemon would only start after the time it
+  may take in all is better retried by the runtime than left to the runtime's own timeout.
+  DELs do not expire: they go first and have a reserve, and a DEL refused is a DEL the runtime
+  may not ask again (the shim answers 0 to daemon errors on DEL, upstream's rule);
 * answers the waiting ones code 11 when the daemon stops (the listener closes, as before).
 
 Peeking tells the command and the container ID only as hints (the env object comes first in
@@ -45,7 +51,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cni_shim.errors import CNIError
+from cni_shim.errors import TRY_AGAIN_LATER, CNIError
 from multusd.server.concurrency import SHUTTING_DOWN, SUPERSEDED, too_many_requests
 
 log = logging.getLogger(__name__)
@@ -127,10 +133,21 @@ def peer_closed(sock: socket.socket) -> bool:
     return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
 
 
+def waited_too_long(seconds: float, active: int) -> CNIError:
+    """The refusal of a request that waited unread for ``requestTimeoutSeconds`` (code 11)."""
+    return CNIError(
+        TRY_AGAIN_LATER,
+        f"waited {seconds:.0f}s unread behind {active} requests in the daemon "
+        "(requestTimeoutSeconds); try again later",
+    )
+
+
 @dataclass(eq=False, slots=True)
 class _Waiting:
     sock: socket.socket
     hint: Hint
+    since: float
+    """The loop's time when it began to wait."""
 
 
 @dataclass
@@ -141,6 +158,8 @@ class IntakeLimits:
     """``maxPendingRequests``: CNI requests in the daemon and waiting unread, at most."""
     header_timeout: float
     """``requestHeaderTimeoutSeconds``: how long a request line may take to arrive."""
+    wait_timeout: float | None = None
+    """``requestTimeoutSeconds``: how long an ADD or CHECK may wait unread (module docstring)."""
 
     @property
     def del_reserve(self) -> int:
@@ -162,6 +181,8 @@ class Intake:
     _peeking: dict[socket.socket, asyncio.TimerHandle] = field(default_factory=dict)
     """Connections not yet classified, with their header-timeout timers."""
     _retries: set[asyncio.TimerHandle] = field(default_factory=set)
+    _expiry: asyncio.TimerHandle | None = None
+    """Armed while ADDs or CHECKs wait: when the oldest one has waited ``wait_timeout``."""
     _loop: asyncio.AbstractEventLoop | None = None
     _accepting: bool = False
 
@@ -192,6 +213,9 @@ class Intake:
         for handle in self._retries:
             handle.cancel()
         self._retries.clear()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for sock in list(self._peeking):
             self._forget(sock)
             sock.close()
@@ -250,7 +274,7 @@ class Intake:
         if hint is None or not hint.cni:
             self.serve(sock, None)
             return
-        self._arrive(_Waiting(sock, hint))
+        self._arrive(_Waiting(sock, hint, loop.time()))
 
     def _idle(self, sock: socket.socket) -> None:
         """The header timeout passed while looking: a silent connection is closed, as aiohttp
@@ -299,8 +323,11 @@ class Intake:
             self._hand(item)
         elif self.active + self.waiting >= self.limits.pending:
             self._answer(item.sock, too_many_requests(self.limits.pending))
+        elif item.hint.is_del:
+            self._dels.append(item)
         else:
-            (self._dels if item.hint.is_del else self._others).append(item)
+            self._others.append(item)
+            self._arm_expiry()
 
     def _may_serve(self, is_del: bool) -> bool:
         if is_del:
@@ -322,6 +349,31 @@ class Intake:
             else:
                 kept.append(item)
         self._others = kept
+
+    def _arm_expiry(self) -> None:
+        """Time the oldest waiting ADD or CHECK out, if the timer is not armed already."""
+        timeout = self.limits.wait_timeout
+        if self._expiry is not None or timeout is None or not self._others:
+            return
+        loop = self._loop
+        assert loop is not None
+        self._expiry = loop.call_at(self._others[0].since + timeout, self._expire)
+
+    def _expire(self) -> None:
+        """Answer code 11 to every ADD or CHECK that has waited ``wait_timeout``; re-arm."""
+        self._expiry = None
+        timeout = self.limits.wait_timeout
+        loop = self._loop
+        assert timeout is not None and loop is not None
+        now = loop.time()
+        while self._others and now - self._others[0].since >= timeout:
+            item = self._others.popleft()
+            log.warning(
+                "a %s waited %.0fs unread; answered code 11",
+                (item.hint.command or b"request").decode("ascii", "replace"), now - item.since,
+            )  # fmt: skip
+            self._answer(item.sock, waited_too_long(now - item.since, self.active))
+        self._arm_expiry()
 
     def _hand(self, item: _Waiting) -> None:
         self.active += 1

@@ -117,7 +117,7 @@ class UnixSocketSite(web.SockSite):
         limits = handlers.limits
         self.intake_limits = IntakeLimits(
             active=limits.max_active, pending=limits.max_pending,
-            header_timeout=limits.header_timeout,
+            header_timeout=limits.header_timeout, wait_timeout=limits.request_timeout,
         )  # fmt: skip
         self.intake: Intake | None = None
         self._connecting: set[asyncio.Task[None]] = set()

@@ -195,3 +195,42 @@ async def test_a_silent_connection_is_closed_after_the_header_timeout(tmp_path: 
         assert served == []
     finally:
         intake.close()
+
+
+async def test_an_add_that_waited_unread_for_the_request_timeout_is_answered_code_11(
+    tmp_path: Path,
+) -> None:
+    """The requests ahead are stuck: the waiting ADD gets "try again later" at its time; a
+    waiting DEL does not expire (it may never be asked again)."""
+    path = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    served: list[tuple[socket.socket, Callable[[], None] | None]] = []
+    limits = IntakeLimits(1, 6, 5.0, wait_timeout=0.2)  # one slot, and one more for DELs
+    rig = Rig(path, Intake(listener, lambda s, end: served.append((s, end)), limits), served)
+    rig.intake.start()
+    try:
+        await rig.send(_request("ADD", "a"))
+        waiting_add = await rig.send(_request("ADD", "b"))
+        await rig.send(_request("DEL", "c"))  # the reserve
+        await rig.send(_request("DEL", "d"))  # waits
+        await rig.settle(2, waiting=2)
+        await rig.settle(2, waiting=1)  # the ADD's time is up
+        _, error = _answer(waiting_add)
+        assert error["code"] == 11, error
+        assert str(error["msg"]).startswith("waited 0s unread behind 2 requests in the daemon")
+        assert "(requestTimeoutSeconds); try again later" in str(error["msg"])
+        await asyncio.sleep(0.3)
+        assert rig.intake.waiting == 1  # the DEL still waits for a slot
+        end = served[0][1]
+        assert end is not None
+        end()
+        await rig.settle(3, waiting=0)
+        assert b'"CNI_CONTAINERID":"d"' in rig.heads()[2]
+    finally:
+        rig.intake.close()
+        for sock, _ in served:
+            sock.close()
+        for client in rig.clients:
+            client.close()
