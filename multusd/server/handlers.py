@@ -254,7 +254,10 @@ class Handlers:
                 config = override_config(
                     cmd.config, self.daemon_raw, ignore_readiness=self.ignore_readiness
                 )
-            deadline = asyncio.get_running_loop().time() + self.limits.request_timeout
+            # From the request's arrival: time spent waiting unread in the intake counts.
+            arrived = getattr(request.protocol, "arrived", None)
+            start = arrived if arrived is not None else asyncio.get_running_loop().time()
+            deadline = start + self.limits.request_timeout
             cmd = dataclasses.replace(cmd, config=config, deadline=deadline)
             runner = self._runner(cmd, attributes, hotplug)
             timeline.note_phase("decode", time.monotonic() - started)  # body read, decoded, checked

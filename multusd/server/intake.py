@@ -74,8 +74,10 @@ _CNI_LINE_STARTS = (b"POST /cni", b"POST /delegate")
 _COMMAND = re.compile(rb'"CNI_COMMAND":"([A-Za-z]{1,16})"')
 _CONTAINER = re.compile(rb'"CNI_CONTAINERID":"([^"\\]{1,256})"')
 
-Serve = Callable[[socket.socket, "Callable[[], None] | None"], None]
-"""Hands a connection to the HTTP server; the callback (if any) is called once it has ended."""
+Serve = Callable[[socket.socket, "Callable[[], None] | None", "float | None"], None]
+"""Hands a connection to the HTTP server; the callback (if any) is called once it has ended, and
+the time (the loop's) is when a CNI request arrived: its deadline counts from then, time spent
+waiting unread included (``None`` for what is not a CNI request)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +274,7 @@ class Intake:
             return
         self._forget(sock)
         if hint is None or not hint.cni:
-            self.serve(sock, None)
+            self.serve(sock, None, None)
             return
         self._arrive(_Waiting(sock, hint, loop.time()))
 
@@ -287,7 +289,7 @@ class Intake:
         except OSError:
             sent = b""
         if sent:
-            self.serve(sock, None)
+            self.serve(sock, None, None)
         else:
             sock.close()
 
@@ -387,7 +389,7 @@ class Intake:
                 self._pump()
 
         try:
-            self.serve(item.sock, release)
+            self.serve(item.sock, release, item.since)
         except Exception:
             release()
             raise

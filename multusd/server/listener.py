@@ -69,10 +69,19 @@ def peer_hung_up(transport: asyncio.BaseTransport | None) -> bool:
 class HalfCloseProtocol(web.RequestHandler):
     """aiohttp's protocol, answering clients that half-closed (see the module docstring)."""
 
-    def __init__(self, *args: Any, on_end: Callable[[], None] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        on_end: Callable[[], None] | None = None,
+        arrived: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._on_end = on_end
         """Called once when the connection ends (the intake's slot)."""
+        self.arrived = arrived
+        """When its CNI request arrived (loop time), waiting unread included: where the
+        request's deadline counts from (``handlers``)."""
 
     def connection_lost(self, exc: BaseException | None) -> None:
         try:
@@ -130,9 +139,13 @@ class UnixSocketSite(web.SockSite):
         assert server is not None
         options = self._options
 
-        async def connect(sock: socket.socket, on_end: Callable[[], None] | None) -> None:
+        async def connect(
+            sock: socket.socket, on_end: Callable[[], None] | None, arrived: float | None
+        ) -> None:
             def protocol() -> HalfCloseProtocol:
-                return HalfCloseProtocol(server, loop=loop, on_end=on_end, **options)
+                return HalfCloseProtocol(
+                    server, loop=loop, on_end=on_end, arrived=arrived, **options
+                )
 
             try:
                 await loop.connect_accepted_socket(protocol, sock=sock)
@@ -142,8 +155,10 @@ class UnixSocketSite(web.SockSite):
                 if on_end is not None:
                     on_end()
 
-        def serve(sock: socket.socket, on_end: Callable[[], None] | None) -> None:
-            task = loop.create_task(connect(sock, on_end))
+        def serve(
+            sock: socket.socket, on_end: Callable[[], None] | None, arrived: float | None
+        ) -> None:
+            task = loop.create_task(connect(sock, on_end, arrived))
             self._connecting.add(task)
             task.add_done_callback(self._connecting.discard)
 

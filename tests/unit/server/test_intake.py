@@ -66,7 +66,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     listener.bind(path)
     listener.listen(64)
     served: list[tuple[socket.socket, Callable[[], None] | None]] = []
-    intake = Intake(listener, lambda s, end: served.append((s, end)), IntakeLimits(2, 6, 5.0))
+    intake = Intake(listener, lambda s, end, _at: served.append((s, end)), IntakeLimits(2, 6, 5.0))
     rig = Rig(path, intake, served)
     intake.start()
     yield rig
@@ -185,7 +185,7 @@ async def test_a_silent_connection_is_closed_after_the_header_timeout(tmp_path: 
     listener.bind(path)
     listener.listen(8)
     served: list[socket.socket] = []
-    intake = Intake(listener, lambda s, _end: served.append(s), IntakeLimits(2, 6, 0.2))
+    intake = Intake(listener, lambda s, _end, _at: served.append(s), IntakeLimits(2, 6, 0.2))
     intake.start()
     try:
         reader, writer = await asyncio.open_unix_connection(path)
@@ -208,7 +208,7 @@ async def test_an_add_that_waited_unread_for_the_request_timeout_is_answered_cod
     listener.listen(8)
     served: list[tuple[socket.socket, Callable[[], None] | None]] = []
     limits = IntakeLimits(1, 6, 5.0, wait_timeout=0.2)  # one slot, and one more for DELs
-    rig = Rig(path, Intake(listener, lambda s, end: served.append((s, end)), limits), served)
+    rig = Rig(path, Intake(listener, lambda s, end, _at: served.append((s, end)), limits), served)
     rig.intake.start()
     try:
         await rig.send(_request("ADD", "a"))
@@ -231,6 +231,43 @@ async def test_an_add_that_waited_unread_for_the_request_timeout_is_answered_cod
     finally:
         rig.intake.close()
         for sock, _ in served:
+            sock.close()
+        for client in rig.clients:
+            client.close()
+
+
+async def test_a_cni_request_is_handed_over_with_the_time_it_arrived(tmp_path: Path) -> None:
+    """The request's deadline counts from its arrival (``handlers``), so the time it waited
+    unread goes with it; what is no CNI request carries none."""
+    path = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    handed: list[tuple[socket.socket, Callable[[], None] | None, float | None]] = []
+    intake = Intake(
+        listener, lambda s, end, at: handed.append((s, end, at)), IntakeLimits(1, 6, 5.0)
+    )
+    rig = Rig(path, intake)
+    intake.start()
+    loop = asyncio.get_running_loop()
+    try:
+        await rig.send(_request("ADD", "a"))
+        await rig.send(_request("ADD", "b"))
+        await eventually(lambda: len(handed) == 1 and intake.waiting == 1, 10, interval=0.005)
+        sent_b = loop.time()
+        await asyncio.sleep(0.2)
+        end = handed[0][1]
+        assert end is not None
+        end()
+        await eventually(lambda: len(handed) == 2, 10, interval=0.005)
+        arrived_b = handed[1][2]
+        assert arrived_b is not None and arrived_b <= sent_b  # not when it was read
+        await rig.send(b"GET /healthz HTTP/1.1\r\nHost: dummy\r\n\r\n")
+        await eventually(lambda: len(handed) == 3, 10, interval=0.005)
+        assert handed[2][2] is None
+    finally:
+        intake.close()
+        for sock, _, _ in handed:
             sock.close()
         for client in rig.clients:
             client.close()
