@@ -4,6 +4,7 @@ which order, and what is answered without being read."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +29,8 @@ class Rig:
     path: str
     intake: Intake
     served: list[tuple[socket.socket, Callable[[], None] | None]] = field(default_factory=list)
+    arrived: list[float | None] = field(default_factory=list)
+    """The arrival time each served connection was handed over with."""
     clients: list[socket.socket] = field(default_factory=list)
 
     async def send(self, data: bytes) -> socket.socket:
@@ -59,22 +62,36 @@ def _answer(client: socket.socket) -> tuple[bytes, dict[str, object]]:
     return head, json.loads(body)
 
 
-@pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+@contextlib.asynccontextmanager
+async def _started(tmp_path: Path, limits: IntakeLimits) -> AsyncIterator[Rig]:
+    """An intake on a fresh listening socket, recording what it serves; all closed after."""
     path = str(tmp_path / "s.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
     served: list[tuple[socket.socket, Callable[[], None] | None]] = []
-    intake = Intake(listener, lambda s, end, _at: served.append((s, end)), IntakeLimits(2, 6, 5.0))
-    rig = Rig(path, intake, served)
-    intake.start()
-    yield rig
-    intake.close()
-    for sock, _ in served:
-        sock.close()
-    for client in rig.clients:
-        client.close()
+    arrived: list[float | None] = []
+
+    def serve(sock: socket.socket, end: Callable[[], None] | None, at: float | None) -> None:
+        served.append((sock, end))
+        arrived.append(at)
+
+    rig = Rig(path, Intake(listener, serve, limits), served, arrived)
+    rig.intake.start()
+    try:
+        yield rig
+    finally:
+        rig.intake.close()
+        for sock, _ in served:
+            sock.close()
+        for client in rig.clients:
+            client.close()
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with _started(tmp_path, IntakeLimits(2, 6, 5.0)) as started:
+        yield started
 
 
 @pytest.mark.parametrize(
@@ -180,21 +197,12 @@ async def test_a_waiting_request_whose_client_is_gone_is_skipped(rig: Rig) -> No
 
 
 async def test_a_silent_connection_is_closed_after_the_header_timeout(tmp_path: Path) -> None:
-    path = str(tmp_path / "s.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(8)
-    served: list[socket.socket] = []
-    intake = Intake(listener, lambda s, _end, _at: served.append(s), IntakeLimits(2, 6, 0.2))
-    intake.start()
-    try:
-        reader, writer = await asyncio.open_unix_connection(path)
+    async with _started(tmp_path, IntakeLimits(2, 6, 0.2)) as rig:
+        reader, writer = await asyncio.open_unix_connection(rig.path)
         async with asyncio.timeout(10):
             assert await reader.read() == b""
         writer.close()
-        assert served == []
-    finally:
-        intake.close()
+        assert rig.served == []
 
 
 async def test_an_add_that_waited_unread_for_the_request_timeout_is_answered_code_11(
@@ -202,15 +210,8 @@ async def test_an_add_that_waited_unread_for_the_request_timeout_is_answered_cod
 ) -> None:
     """The requests ahead are stuck: the waiting ADD gets "try again later" at its time; a
     waiting DEL does not expire (it may never be asked again)."""
-    path = str(tmp_path / "s.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(8)
-    served: list[tuple[socket.socket, Callable[[], None] | None]] = []
     limits = IntakeLimits(1, 6, 5.0, wait_timeout=0.2)  # one slot, and one more for DELs
-    rig = Rig(path, Intake(listener, lambda s, end, _at: served.append((s, end)), limits), served)
-    rig.intake.start()
-    try:
+    async with _started(tmp_path, limits) as rig:
         await rig.send(_request("ADD", "a"))
         waiting_add = await rig.send(_request("ADD", "b"))
         await rig.send(_request("DEL", "c"))  # the reserve
@@ -223,51 +224,29 @@ async def test_an_add_that_waited_unread_for_the_request_timeout_is_answered_cod
         assert "(requestTimeoutSeconds); try again later" in str(error["msg"])
         await asyncio.sleep(0.3)
         assert rig.intake.waiting == 1  # the DEL still waits for a slot
-        end = served[0][1]
+        end = rig.served[0][1]
         assert end is not None
         end()
         await rig.settle(3, waiting=0)
         assert b'"CNI_CONTAINERID":"d"' in rig.heads()[2]
-    finally:
-        rig.intake.close()
-        for sock, _ in served:
-            sock.close()
-        for client in rig.clients:
-            client.close()
 
 
 async def test_a_cni_request_is_handed_over_with_the_time_it_arrived(tmp_path: Path) -> None:
     """The request's deadline counts from its arrival (``handlers``), so the time it waited
     unread goes with it; what is no CNI request carries none."""
-    path = str(tmp_path / "s.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(8)
-    handed: list[tuple[socket.socket, Callable[[], None] | None, float | None]] = []
-    intake = Intake(
-        listener, lambda s, end, at: handed.append((s, end, at)), IntakeLimits(1, 6, 5.0)
-    )
-    rig = Rig(path, intake)
-    intake.start()
     loop = asyncio.get_running_loop()
-    try:
+    async with _started(tmp_path, IntakeLimits(1, 6, 5.0)) as rig:
         await rig.send(_request("ADD", "a"))
         await rig.send(_request("ADD", "b"))
-        await eventually(lambda: len(handed) == 1 and intake.waiting == 1, 10, interval=0.005)
+        await rig.settle(1, waiting=1)
         sent_b = loop.time()
         await asyncio.sleep(0.2)
-        end = handed[0][1]
+        end = rig.served[0][1]
         assert end is not None
         end()
-        await eventually(lambda: len(handed) == 2, 10, interval=0.005)
-        arrived_b = handed[1][2]
+        await rig.settle(2)
+        arrived_b = rig.arrived[1]
         assert arrived_b is not None and arrived_b <= sent_b  # not when it was read
         await rig.send(b"GET /healthz HTTP/1.1\r\nHost: dummy\r\n\r\n")
-        await eventually(lambda: len(handed) == 3, 10, interval=0.005)
-        assert handed[2][2] is None
-    finally:
-        intake.close()
-        for sock, _, _ in handed:
-            sock.close()
-        for client in rig.clients:
-            client.close()
+        await rig.settle(3)
+        assert rig.arrived[2] is None
