@@ -9,7 +9,7 @@ each part is made of, so that the supervisor's exit stack can unwind each one on
   Kubernetes (:func:`wants_kubernetes`);
 * :func:`metrics_site`: the Prometheus site, or a recorder that records nothing;
 * :func:`serving`: the services the commands run with (the plugin executor, pod and NAD
-  lookups, events), the handlers and the aiohttp site on the bound socket, and the probes' site.
+  lookups, events), the handlers and the server on the bound socket, and the probes' site.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
-
-from aiohttp import web
 
 from multusd.cni.invoke import SubprocessExecutor
 from multusd.commands.context import Services
@@ -42,7 +40,7 @@ from multusd.server.concurrency import RequestGate
 from multusd.server.handlers import DaemonState, Handlers
 from multusd.server.health import HOST as HEALTH_HOST
 from multusd.server.health import health_site
-from multusd.server.listener import UnixSocketSite
+from multusd.server.listener import SocketServer
 from multusd.server.socket import BoundSocket, bind_socket, prepare_socket_dir
 
 log = logging.getLogger(__name__)
@@ -146,12 +144,13 @@ def ready_reason(cluster: Cluster, sync_timeout: float) -> str:
 async def serving(
     sock: BoundSocket, config: DaemonConfig, raw: dict[str, Any], state: DaemonState,
     *, cluster: Cluster | None, metrics: Recorder, cancel_timeout: float,
-) -> AsyncIterator[web.AppRunner]:  # fmt: skip
+) -> AsyncIterator[SocketServer]:  # fmt: skip
     """Serve ``/cni`` on the bound socket until the context exits.
 
-    On exit, a request still running gets ``cancel_timeout`` to finish, is then cancelled and
-    gets ``cancel_timeout`` for its cancellation (aiohttp's ``shutdown_timeout``; its default,
-    60 s for each, is what made a hung plugin hold SIGTERM for up to two minutes).
+    On exit, every request still running is cancelled (its plugins killed), gets
+    ``cancel_timeout`` to return, is then cancelled outright and gets ``cancel_timeout`` more
+    (aiohttp's default, 60 s for each, is what once made a hung plugin hold SIGTERM for up to
+    two minutes).
     """
     pods = events = networks = None
     if cluster is not None:
@@ -190,23 +189,19 @@ async def serving(
         gate=RequestGate(config.connection_limit),
         readiness_check=_readiness_stat(config),
     )
-    app = build_app(handlers, max_request_bytes=config.max_request_bytes, metrics=metrics)
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=cancel_timeout
-    )
-    await runner.setup()
+    server = SocketServer(sock.sock, build_app(handlers, metrics=metrics), handlers)
+    server.start()
     try:
-        await UnixSocketSite(runner, sock.sock, handlers).start()
         log.info("listening on %s (%s)", config.socket_path, state.ready_reason)
         async with contextlib.AsyncExitStack() as probes:
             if config.health_port is not None:
                 port = await probes.enter_async_context(health_site(handlers, config.health_port))
                 log.info("probes on %s:%d (/healthz, /readyz)", HEALTH_HOST, port)
-            yield runner
+            yield server
     finally:
         if state.in_flight:
             log.error("shutdown: cancelling %d request(s)", state.in_flight)
-        await runner.cleanup()
+        await server.close(cancel_timeout)
 
 
 def _readiness_stat(config: DaemonConfig) -> Callable[[], Awaitable[None]] | None:

@@ -6,8 +6,8 @@ body too (it decodes CNI error objects before falling back to text). A request t
 be read or decoded is logged in one line, never with a traceback: hostile input is not a bug.
 
 Each request runs as a task of the :class:`ContainerQueue` (its container's turn, the caps, a
-superseding DEL, its deadline); when its client goes away (aiohttp's ``handler_cancellation``,
-set in ``app.py``) the handler is cancelled and cancels the request with it.
+superseding DEL, its deadline); when its client goes away the handler is cancelled
+(``multusd.httpserver``) and cancels the request with it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from cni_shim import gojson, results, wire
 from cni_shim.errors import DECODING_FAILURE, INTERNAL, INVALID_ENVIRONMENT, IO_FAILURE, CNIError
@@ -40,6 +37,7 @@ from multusd.config.override import override_config
 from multusd.config.schema import decode
 from multusd.errors import internal
 from multusd.heap import IdleTrim
+from multusd.httpserver import BadRequest, BodyTooLarge, Request, Response
 from multusd.logs.format import request_id
 from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import ContainerQueue, RequestGate
@@ -71,12 +69,6 @@ class DaemonState:
 
 def _env_error(msg: str) -> CNIError:
     return CNIError(INVALID_ENVIRONMENT, msg)
-
-
-class _BodyError(CNIError):
-    """The body could not be read at all: answered, and the connection closed."""
-
-    __slots__ = ()
 
 
 def build_cmd_args(env: dict[str, str], config: bytes, *, pod_context: bool = False) -> CmdArgs:
@@ -151,14 +143,14 @@ def _config_version(config: bytes) -> str:
     return version if isinstance(version, str) else ""
 
 
-def error_response(err: CNIError) -> web.Response:
-    """HTTP 400 with the CNI error object; code 0 (libcni's ``ErrUnknown``) is sent as 999,
-    since a runtime must never read a failure as code 0."""
+def error_response(err: CNIError, status: int = 400) -> Response:
+    """HTTP 400 (or ``status``) with the CNI error object; code 0 (libcni's ``ErrUnknown``) is
+    sent as 999, since a runtime must never read a failure as code 0."""
     if err.code == 0:
         err = CNIError(INTERNAL, err.msg, err.details)
     # "replace": the last line of defence; decoding already turned lone surrogates into U+FFFD.
     body = err.to_json().encode("utf-8", "replace")
-    return web.Response(status=400, body=body, content_type="application/json")
+    return Response(status, body, "application/json")
 
 
 @dataclass
@@ -183,14 +175,14 @@ class Handlers:
         limits = self.limits
         self.queue = ContainerQueue(limits.max_pending_per_container, limits.max_pending, self.gate)
 
-    async def cni(self, request: web.Request) -> web.Response:
+    async def cni(self, request: Request) -> Response:
         return await self._serve(request, hotplug=False)
 
-    async def delegate(self, request: web.Request) -> web.Response:
+    async def delegate(self, request: Request) -> Response:
         """``/delegate``: the hot-plug API (one delegate, see ``commands.hotplug``)."""
         return await self._serve(request, hotplug=True)
 
-    async def _serve(self, request: web.Request, *, hotplug: bool) -> web.Response:
+    async def _serve(self, request: Request, *, hotplug: bool) -> Response:
         started = time.monotonic()
         self.state.in_flight += 1
         self.heap.busy()
@@ -222,28 +214,29 @@ class Handlers:
         command = _COMMANDS.get(cmd.command)
         return None if command is None else (lambda: command(cmd, self.services))
 
-    async def _read_body(self, request: web.Request) -> bytes:
+    async def _read_body(self, request: Request) -> bytes:
         """The whole body within ``requestBodyTimeoutSeconds``; unreadable bodies are CNI errors.
 
-        A body that is too large raises aiohttp's 413 (answered by ``app.upstream_errors``).
+        A body that is too large raises :class:`BodyTooLarge` (answered 413 by ``server.app``).
         """
         limit = self.limits.body_timeout
         try:
             async with asyncio.timeout(limit):
-                return await request.read()
+                return await request.read(self.limits.max_request_bytes)
         except TimeoutError:
-            raise _BodyError(
+            raise CNIError(
                 IO_FAILURE, f"the request body did not arrive within {limit:g}s"
             ) from None
-        except (HttpProcessingError, web.RequestPayloadError) as exc:  # bad encoding, chunks
-            reason = " ".join(str(exc).split())  # aiohttp's texts span lines
-            raise _BodyError(
-                DECODING_FAILURE, f"could not read the request body: {reason}"
+        except BodyTooLarge:
+            raise
+        except BadRequest as exc:  # broken chunks, a peer that left half-way
+            raise CNIError(
+                DECODING_FAILURE, f"could not read the request body: {exc.text}"
             ) from None
 
     async def _handle(
-        self, request: web.Request, started: float, hotplug: bool, phases: Phases
-    ) -> web.Response:
+        self, request: Request, started: float, hotplug: bool, phases: Phases
+    ) -> Response:
         try:
             body = await self._read_body(request)
             env, stdin, attributes = wire.decode_request(body)
@@ -255,7 +248,7 @@ class Handlers:
                     cmd.config, self.daemon_raw, ignore_readiness=self.ignore_readiness
                 )
             # From the request's arrival: time spent waiting unread in the intake counts.
-            arrived = getattr(request.protocol, "arrived", None)
+            arrived = request.arrived
             start = arrived if arrived is not None else asyncio.get_running_loop().time()
             deadline = start + self.limits.request_timeout
             cmd = dataclasses.replace(cmd, config=config, deadline=deadline)
@@ -263,10 +256,7 @@ class Handlers:
             timeline.note_phase("decode", time.monotonic() - started)  # body read, decoded, checked
         except CNIError as exc:
             log.info("%s rejected: %s", request.path, exc)
-            response = error_response(exc)
-            if isinstance(exc, _BodyError):
-                response.force_close()  # the rest of the body is not worth waiting for
-            return response
+            return error_response(exc)  # a body left unread is drained, not waited for
         if runner is None:
             return error_response(_env_error(f"unknown cmd type: {cmd.command}"))
         request_id.set(cmd.request_id)  # this task's log lines carry it from here on
@@ -317,21 +307,21 @@ class Handlers:
 
     @staticmethod
     def _response(
-        request: web.Request, stdin: bytes, result: dict[str, Any] | None, outcome: CNIError | None
-    ) -> web.Response:
+        request: Request, stdin: bytes, result: dict[str, Any] | None, outcome: CNIError | None
+    ) -> Response:
         """The answer: the error, nothing (DEL, CHECK...), or the result in the config's
         version, as text ready to print when the shim asks for it (ours does)."""
         if outcome is not None:
             return error_response(outcome)
         if result is None:
-            return web.Response()
+            return Response()
         try:
             version = _config_version(stdin)
-            if wire.PRINT_REQUEST in request.headers:
+            if request.header(wire.PRINT_REQUEST) is not None:
                 text = results.render(result, version)
-                return web.Response(text=text, headers={wire.PRINTED: "1"})
+                return Response.text(text, headers=((wire.PRINTED, "1"),))
             body = wire.encode_response(result, version)
-            return web.Response(body=body, content_type="application/json")
+            return Response(200, body, "application/json")
         except CNIError as exc:
             return error_response(exc.with_prefix("failed to generate the CNI result: "))
 
@@ -361,10 +351,10 @@ class Handlers:
             err = err.with_prefix(cmd.describe())
         return err
 
-    async def healthz(self, request: web.Request) -> web.Response:
-        return web.Response()
+    async def healthz(self, request: Request) -> Response:
+        return Response()
 
-    async def readyz(self, request: web.Request) -> web.Response:
+    async def readyz(self, request: Request) -> Response:
         """200 while serving, 500 from the moment shutdown begins (upstream HEAD).
 
         The body says how the daemon came up (``caches synced``, or serving after the bounded
@@ -372,4 +362,4 @@ class Handlers:
         """
         status = 500 if self.state.shutting_down else 200
         body = gojson.dumps({"ready": status == 200, "caches": self.state.ready_reason})
-        return web.Response(status=status, text=body, content_type="application/json")
+        return Response.text(body, status, media="application/json")

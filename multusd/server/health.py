@@ -18,34 +18,33 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from aiohttp import web
-
 from multusd.errors import StartupError
+from multusd.httpserver import TcpSite
+from multusd.server.app import App, Handler
 from multusd.server.handlers import Handlers
 
 HOST = "127.0.0.1"
 """Loopback only: the node's own kubelet is the only client."""
 
 
-def health_app(handlers: Handlers) -> web.Application:
-    app = web.Application()
-    for path, handler in (("/healthz", handlers.healthz), ("/readyz", handlers.readyz)):
-        app.router.add_get(path, handler, allow_head=True)
-    return app
+def health_app(handlers: Handlers) -> App:
+    """The probes, as the kubelet's ``httpGet`` sends them (GET; HEAD answered too)."""
+    probe: dict[str, Handler] = {"GET": handlers.healthz, "HEAD": handlers.healthz}
+    ready: dict[str, Handler] = {"GET": handlers.readyz, "HEAD": handlers.readyz}
+    return App(routes={"/healthz": probe, "/readyz": ready})
 
 
 @contextlib.asynccontextmanager
 async def health_site(handlers: Handlers, port: int) -> AsyncIterator[int]:
     """Serve the probes on ``127.0.0.1:port`` for the block's duration; yields the bound port
     (0 picks a free one, for tests)."""
-    runner = web.AppRunner(health_app(handlers), access_log=None, handle_signals=False)
-    await runner.setup()
+    app = health_app(handlers)
+    limit = handlers.limits.header_timeout
     try:
-        site = web.TCPSite(runner, HOST, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise StartupError(f"failed to listen on {HOST}:{port} (healthPort): {exc}") from exc
-        yield int(runner.addresses[0][1])
+        site = await TcpSite.listen(HOST, port, app.serve, header_timeout=limit)
+    except OSError as exc:
+        raise StartupError(f"failed to listen on {HOST}:{port} (healthPort): {exc}") from exc
+    try:
+        yield site.port
     finally:
-        await runner.cleanup()
+        await site.close()

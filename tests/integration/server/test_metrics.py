@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from multusd.httpserver import Request, Response, TcpSite
 from multusd.metrics import Metrics, Recorder
+from multusd.server.app import App
 
 HOST = "127.0.0.1"
 
@@ -117,23 +118,17 @@ async def test_registries_are_private() -> None:
     assert not [s for s in found if s.name.startswith("process_")]
 
 
-async def test_middleware_counts_with_upstream_labels() -> None:
+async def test_the_app_counts_every_answer_with_upstream_labels() -> None:
     metrics = Metrics(process=False)
 
-    async def ok(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    async def ok(request: Request) -> Response:
+        return Response.text("ok")
 
-    async def fail(request: web.Request) -> web.Response:
-        raise web.HTTPInternalServerError()
+    async def fail(request: Request) -> Response:
+        raise RuntimeError("a bug")  # answered as a CNI error object, and counted so
 
-    app = web.Application(middlewares=[metrics.middleware])
-    app.router.add_get("/healthz", ok)
-    app.router.add_post("/cni", fail)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, HOST, 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    app = App(routes={"/healthz": {"GET": ok}, "/cni": {"POST": fail}}, metrics=metrics)
+    site = await TcpSite.listen(HOST, 0, app.serve, header_timeout=5)
     try:
         async with aiohttp.ClientSession() as session:
             for method, path in [
@@ -143,14 +138,15 @@ async def test_middleware_counts_with_upstream_labels() -> None:
                 ("GET", "/cni"),
                 ("GET", "/nowhere"),
             ]:
-                async with session.request(method, f"http://{HOST}:{port}{path}") as response:
+                url = f"http://{HOST}:{site.port}{path}"
+                async with session.request(method, url) as response:
                     await response.read()
     finally:
-        await runner.cleanup()
+        await site.close()
     found = samples(metrics.render().decode())
     total = "multus_server_request_total"
     assert value(found, total, handler="/healthz", code="200", method="get") == 2
-    assert value(found, total, handler="/cni", code="500", method="post") == 1
+    assert value(found, total, handler="/cni", code="400", method="post") == 1
     assert value(found, total, handler="/cni", code="405", method="get") == 1
     assert value(found, total, handler="NotFound", code="404", method="get") == 1
 
