@@ -13,8 +13,8 @@ by. ``--site`` adds a throwaway venv's ``site-packages`` to the child's path (py
 pyroute2 and aiofiles are not installed here: they are what is measured).
 
 ``python -m bench.deps layers`` splits the daemon's own imports the same way, one layer on top
-of the other (the interpreter; asyncio with ssl, json and logging; aiohttp's package, which
-always imports its client; ``aiohttp.web``; everything else ``import multusd.daemon`` brings):
+of the other (the interpreter; asyncio with ssl, json and logging; h11, the HTTP/1.1 parser of
+the daemon's server and API client; everything else ``import multusd.daemon`` brings):
 what each layer adds to ``RssAnon``, for docs/performance.md ("Under a 50 Mi limit").
 
 ``python -m bench.deps write [--site DIR]`` writes a delegate-cache-sized file the daemon's way
@@ -64,14 +64,17 @@ ROWS: dict[str, str] = {
         "    s.dump_routes()"
     ),
     "aiofiles (import aiofiles, aiofiles.os)": "import aiofiles\nimport aiofiles.os",
+    "aiohttp (import aiohttp.web: its server, and the client its package always brings)": (
+        "import aiohttp.web"
+    ),
+    "h11 (import)": "import h11",
 }
 
 
 LAYERS: dict[str, str] = {
     "the bare interpreter": "pass",
     "asyncio, ssl, json, logging": "import asyncio, ssl, json, logging",
-    "aiohttp (its package, with its client)": "import aiohttp",
-    "aiohttp.web": "import aiohttp.web",
+    "h11 (HTTP/1.1 for `multusd.httpserver` and `multusd.k8s.http`)": "import h11",
     "the rest of `import multusd.daemon`": DAEMON_IMPORTS,
 }
 

@@ -1,4 +1,4 @@
-"""The daemon's one Kubernetes API client: aiohttp, JSON dicts, one token bucket.
+"""The daemon's one Kubernetes API client: HTTP/1.1 (k8s.http), JSON dicts, one token bucket.
 
 Why not kubernetes_asyncio: importing it costs ~38 MiB and 0.5 s (every generated model), its
 default timeouts are "never", and its model classes cost ~0.6 ms per pod to build. What a node
@@ -207,7 +207,7 @@ class KubeClient:
         priority: Priority = Priority.REQUEST,
         retries: int = 0,
     ) -> Obj:
-        session = self._transport.session()
+        http = self._transport.http()
         key = resource_of(method, path, params)
         data: bytes | None = None
         if body is not None:
@@ -226,7 +226,7 @@ class KubeClient:
         attempt = 0
         while True:
             try:
-                status, media, payload = await self._transport.send(session, call)
+                status, media, payload = await self._transport.send(http, call)
                 break
             except ApiError as exc:
                 wait = _retry_after(exc, attempt < retries, call.deadline, loop.time())

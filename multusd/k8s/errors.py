@@ -4,7 +4,7 @@ Callers branch on the class (``except NotFound``) or on ``is_transient``, never 
 The class comes from the HTTP status (or, for a watch ``ERROR`` event, the Status ``code``);
 ``reason`` and ``message`` are the apiserver's own ``Status`` fields so logs read like kubectl's.
 Transport trouble (refused, reset, TLS, timeouts) is ``TransportError`` with status 0, chained
-to the aiohttp/OS error that caused it.
+to the HTTP/OS error that caused it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The wire under :class:`~multusd.k8s.client.KubeClient`: one aiohttp session and what every
-request passes through on its way to it.
+"""The wire under :class:`~multusd.k8s.client.KubeClient`: one HTTP client (``k8s.http``) and
+what every request passes through on its way to it.
 
 * every request, watch starts included, first takes a token from ``bucket`` (QPS 50, burst 50
   like upstream's client-go settings), in its :class:`~multusd.k8s.ratelimit.Priority` class
@@ -18,7 +18,7 @@ request passes through on its way to it.
 * what the server's answers say about its health is kept in ``contacts``
   (``multusd.k8s.health``): the cheap view ``/readyz`` reports.
 
-aiohttp speaks HTTP/1.1, so each open watch holds one connection besides the request slots.
+It speaks HTTP/1.1, so each open watch holds one connection besides the request slots.
 
 Apart from the client because none of it is a decision about a request (which verb, whether to
 retry, how to decode): it is the same for every attempt of every call, watches included.
@@ -35,8 +35,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import aiohttp
-
 from multusd import __version__
 from multusd.errors import StartupError
 from multusd.k8s import kproto
@@ -48,6 +46,7 @@ from multusd.k8s.errors import (
     parse_retry_after,
 )
 from multusd.k8s.health import Contacts, is_failure
+from multusd.k8s.http import HttpClient, HttpError
 from multusd.k8s.kubeconfig import ClusterConfig
 from multusd.k8s.ratelimit import Priority, TokenBucket
 from multusd.protobuf import MEDIA_TYPE
@@ -56,7 +55,7 @@ log = logging.getLogger(__name__)
 
 TOKEN_RECHECK = 60.0  # seconds between token-file mtime checks (kubernetes_asyncio: 1 min)
 _WAIT_LOG_THRESHOLD = 0.010  # bucket waits above this are logged at debug
-TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+TRANSPORT_ERRORS = (HttpError, OSError, TimeoutError)
 # client-go's order: protobuf preferred, JSON for whatever has no protobuf form.
 PROTOBUF_ACCEPT = f"{MEDIA_TYPE}, application/json"
 
@@ -140,7 +139,7 @@ class _Token:
 
 
 class Transport:
-    """The session, the request slots, the token bucket and the bearer token of one client."""
+    """The HTTP client, the request slots, the token bucket and the bearer token of one client."""
 
     def __init__(
         self,
@@ -161,28 +160,24 @@ class Transport:
         """Told every wait for a bucket token (the daemon's metrics histogram)."""
         self.base = config.server.rstrip("/")
         self.token = _Token(config.token, config.token_file)
-        self._session: aiohttp.ClientSession | None = None
+        self._http: HttpClient | None = None
         self.requests: Counter[tuple[str, str]] = Counter()
         self.statuses: Counter[int] = Counter()
         self.watches_open = 0
         self._slots = asyncio.Semaphore(pool_size)
+        self._pool_size = pool_size
         self.contacts = Contacts()
         """What the server's answers say about its health, per resource (``/readyz``)."""
         self.protobuf_pods = protobuf_pods
         self._connect_timeout = connect_timeout
         self._user_agent = user_agent
-        self.timeout = aiohttp.ClientTimeout(
-            total=request_timeout,
-            sock_connect=connect_timeout,
-        )
-        self.watch_timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=connect_timeout,
-            sock_read=watch_read_timeout,
-        )
+        self.request_timeout = request_timeout
+        """Seconds an attempt may take in all (connect included) when its call has no deadline."""
+        self.watch_read_timeout = watch_read_timeout
+        """Seconds a watch may stay silent before it is given up."""
 
     async def start(self) -> None:
-        if self._session is not None:
+        if self._http is not None:
             return
         try:
             ssl_context = await asyncio.to_thread(self.config.ssl_context)
@@ -191,29 +186,28 @@ class Transport:
         agent = self._user_agent
         if "/" not in agent:
             agent = f"{agent}/{__version__}"
-        # No connection limit of aiohttp's own: requests are bounded by ``_slots`` (a slot is
+        if ssl_context is None and self.base.lower().startswith("https://"):
+            ssl_context = await asyncio.to_thread(ssl.create_default_context)  # reads the CAs
+        # No connection limit of the client's own: requests are bounded by ``_slots`` (a slot is
         # taken before the token, so a token is never spent waiting for a connection) and
-        # watches by their owners.
-        connector = aiohttp.TCPConnector(
-            limit=0, ssl=ssl_context if ssl_context is not None else True
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            headers={
-                "Accept": "application/json",
-                "User-Agent": agent,
-            },
+        # watches by their owners; as many connections stay open for reuse.
+        self._http = HttpClient(
+            self.base,
+            ssl_context=ssl_context,
+            headers={"Accept": "application/json", "User-Agent": agent},
+            connect_timeout=self._connect_timeout,
+            max_idle=self._pool_size,
         )
 
     async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
 
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
+    def http(self) -> HttpClient:
+        if self._http is None:
             raise RuntimeError("KubeClient used outside 'async with' (or after close())")
-        return self._session
+        return self._http
 
     async def prepare(self, key: tuple[str, str], priority: Priority) -> dict[str, str]:
         """Count the request, wait for a token, and build the per-request headers."""
@@ -231,7 +225,7 @@ class Transport:
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
-    async def send(self, session: aiohttp.ClientSession, call: Call) -> tuple[int, str, bytes]:
+    async def send(self, http: HttpClient, call: Call) -> tuple[int, str, bytes]:
         """One attempt: a slot, then a token, then the request; (status, media type, body)."""
         key = call.key
         collection = key[0] == "list"
@@ -239,34 +233,29 @@ class Transport:
             headers = await self.prepare(key, call.priority)
             if call.data is not None:
                 headers["Content-Type"] = call.content_type
-            req_timeout = self.timeout
+            seconds = self.request_timeout
             if call.deadline is not None:
-                remaining = max(0.001, call.deadline - asyncio.get_running_loop().time())
-                req_timeout = aiohttp.ClientTimeout(
-                    total=remaining, sock_connect=min(remaining, self._connect_timeout)
-                )
+                seconds = max(0.001, call.deadline - asyncio.get_running_loop().time())
             try:
-                async with session.request(
+                resp = await http.request(
                     call.method,
-                    self.base + call.path,
+                    call.path,
                     params=call.params,
-                    data=call.data,
+                    body=call.data,
                     headers=headers,
-                    timeout=req_timeout,
-                ) as resp:
-                    payload = await resp.read()
-                    status = resp.status
-                    media = resp.content_type
-                    if status >= 400:
-                        self.statuses[status] += 1
-                        err = error_of(status, payload, resp.headers, media)
-                        self.note_failure(key, err, collection)
-                        raise err
+                    timeout=seconds,
+                )
             except TRANSPORT_ERRORS as exc:
                 self.statuses[0] += 1
-                err = transport_error(call.method, key, exc)
+                lost = transport_error(call.method, key, exc)
+                self.note_failure(key, lost, collection)
+                raise lost from exc
+            status, media, payload = resp.status, resp.content_type, resp.body
+            if status >= 400:
+                self.statuses[status] += 1
+                err = error_of(status, payload, resp.headers, media)
                 self.note_failure(key, err, collection)
-                raise err from exc
+                raise err
         self.statuses[status] += 1
         if collection:
             self.contacts.succeeded(key[1])

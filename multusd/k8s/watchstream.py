@@ -16,10 +16,9 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
-import aiohttp
-
 from multusd.k8s import kproto
 from multusd.k8s.errors import ApiError, Gone, TransportError, error_from_status
+from multusd.k8s.http import StreamResponse
 from multusd.k8s.ratelimit import Priority
 from multusd.k8s.transport import (
     TRANSPORT_ERRORS,
@@ -38,22 +37,25 @@ async def open_watch(
     transport: Transport, path: str, params: Mapping[str, str]
 ) -> AsyncIterator[AsyncIterator[Obj]]:
     """The decoded events of one watch of ``path``, until the block leaves or the server ends
-    the stream; the connection is closed either way (never returned half-read to the pool)."""
-    session = transport.session()
+    the stream; the connection is the watch's own, closed either way."""
+    http = transport.http()
     query = dict(params)
     query.setdefault("watch", "true")
     key = resource_of("GET", path, query)
     headers = await transport.prepare(key, Priority.REQUEST)
-    try:
-        resp = await session.get(
-            transport.base + path, params=query, headers=headers, timeout=transport.watch_timeout
-        )
-    except TRANSPORT_ERRORS as exc:
-        transport.statuses[0] += 1
-        lost = transport_error("GET", key, exc)
-        transport.note_failure(key, lost, True)
-        raise lost from exc
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            resp = await stack.enter_async_context(
+                http.stream(
+                    "GET", path, params=query, headers=headers,
+                    read_timeout=transport.watch_read_timeout,
+                )
+            )  # fmt: skip
+        except TRANSPORT_ERRORS as exc:
+            transport.statuses[0] += 1
+            lost = transport_error("GET", key, exc)
+            transport.note_failure(key, lost, True)
+            raise lost from exc
         if resp.status >= 400:
             transport.statuses[resp.status] += 1
             try:
@@ -84,19 +86,16 @@ async def open_watch(
             transport.watches_open -= 1
             contacts.watch_closed(resource)
             await events.aclose()
-    finally:
-        # A watch left before its end must not return a half-read connection to the pool.
-        resp.close()
 
 
 async def _events(
-    resp: aiohttp.ClientResponse, key: tuple[str, str], noted: Callable[[], None]
+    resp: StreamResponse, key: tuple[str, str], noted: Callable[[], None]
 ) -> AsyncGenerator[Obj, None]:
-    """Split the chunked stream into lines ourselves: aiohttp's readline refuses lines over
-    its buffer limit, and one event carries a whole object. ``noted`` is told of each event."""
+    """Split the stream into lines, however its chunks fall: one event carries a whole object,
+    of any size. ``noted`` is told of each event."""
     buffer = bytearray()
     try:
-        async for chunk in resp.content.iter_any():
+        async for chunk in resp.iter_chunks():
             buffer += chunk
             start = 0
             while (end := buffer.find(b"\n", start)) >= 0:
@@ -113,7 +112,7 @@ async def _events(
 
 
 async def _protobuf_events(
-    resp: aiohttp.ClientResponse,
+    resp: StreamResponse,
     key: tuple[str, str],
     undecodable: Callable[[str, ValueError], None],
     noted: Callable[[], None],
@@ -123,7 +122,7 @@ async def _protobuf_events(
     after telling ``undecodable``, so the reflector's next watch asks for JSON."""
     reader = kproto.WatchFrameReader()
     try:
-        async for chunk in resp.content.iter_any():
+        async for chunk in resp.iter_chunks():
             try:
                 events = reader.feed(chunk)
             except ValueError as exc:
