@@ -8,7 +8,10 @@ bodies, keep-alive rules); this module adds the sockets, the deadlines and a kee
 * :meth:`HttpClient.request` reads the whole answer within one total deadline (connect, send,
   response). Connections are kept alive and reused, last used first; a reused connection that
   fails before any byte of the answer arrived is one the server closed while it was idle, and
-  the request is sent once more on a new connection (Go's net/http does the same).
+  the request is sent once more on a new connection. Go's net/http does so for idempotent
+  requests; here every method is, because every call the daemon makes may be repeated: reads,
+  the network-status merge PATCH (the same annotation again), an Event (its name is fixed when
+  it is made: a repeat is refused as AlreadyExists, logged).
 * :meth:`HttpClient.stream` opens a connection of its own for a watch: no total deadline, but
   every read waits at most ``read_timeout``; it is closed when the block exits.
 * failures: the socket's own (``OSError``, TLS errors included) as they are, ``TimeoutError``

@@ -159,6 +159,6 @@ def cni_error(raw: bytes) -> bool:
 
 
 def acceptable(status: int, raw: bytes) -> bool:
-    """A success, or a 4xx whose body is a CNI error object (``server.listener`` answers even
-    HTTP that aiohttp's parser rejects that way)."""
+    """A success, or a 4xx whose body is a CNI error object (``server.app.bad_http`` answers even
+    HTTP that the parser rejects that way)."""
     return status == 200 or (400 <= status < 500 and cni_error(raw))
