@@ -53,6 +53,11 @@ from multusd.protobuf import MEDIA_TYPE
 
 log = logging.getLogger(__name__)
 
+IDLE_CONNECTIONS = 4
+"""Connections kept open for reuse. Each idle TLS connection holds asyncio's 128 KiB read buffer
+and OpenSSL's state: with one per request slot (16) they held ~3 MiB of the daemon's 50 Mi
+after a 200-pod burst, and back-to-back bursts then waited for memory (docs/performance.md,
+"Under a 50 Mi limit"). At 50 QPS a few requests overlap at most; more are connected anew."""
 TOKEN_RECHECK = 60.0  # seconds between token-file mtime checks (kubernetes_asyncio: 1 min)
 _WAIT_LOG_THRESHOLD = 0.010  # bucket waits above this are logged at debug
 TRANSPORT_ERRORS = (HttpError, OSError, TimeoutError)
@@ -190,13 +195,13 @@ class Transport:
             ssl_context = await asyncio.to_thread(ssl.create_default_context)  # reads the CAs
         # No connection limit of the client's own: requests are bounded by ``_slots`` (a slot is
         # taken before the token, so a token is never spent waiting for a connection) and
-        # watches by their owners; as many connections stay open for reuse.
+        # watches by their owners; IDLE_CONNECTIONS of them stay open for reuse.
         self._http = HttpClient(
             self.base,
             ssl_context=ssl_context,
             headers={"Accept": "application/json", "User-Agent": agent},
             connect_timeout=self._connect_timeout,
-            max_idle=self._pool_size,
+            max_idle=IDLE_CONNECTIONS,
         )
 
     async def close(self) -> None:
