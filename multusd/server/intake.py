@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 from cni_shim.errors import TRY_AGAIN_LATER, CNIError
 from multusd.server.concurrency import SHUTTING_DOWN, SUPERSEDED, too_many_requests
+from multusd.server.handlers import error_response
 
 log = logging.getLogger(__name__)
 
@@ -115,18 +116,6 @@ def read_hint(head: bytes) -> Hint | None:
         command=command.group(1) if command else b"",
         container=container.group(1) if container else b"",
     )
-
-
-def canned_response(err: CNIError) -> bytes:
-    """An HTTP 400 with the CNI error object, for a request answered without being served."""
-    body = err.to_json().encode("utf-8", "replace")
-    head = (
-        "HTTP/1.1 400 Bad Request\r\n"
-        "Content-Type: application/json; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    return head.encode("ascii") + body
 
 
 def peer_closed(sock: socket.socket) -> bool:
@@ -421,5 +410,5 @@ class Intake:
                     break
                 taken += len(chunk)
         with contextlib.suppress(OSError):
-            sock.send(canned_response(err))
+            sock.send(error_response(err).encode())
         sock.close()
