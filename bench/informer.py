@@ -27,7 +27,8 @@ import aiohttp
 
 from bench.common import REPO, chart, proc_mib, report
 from multusd.k8s import kproto
-from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
+from multusd.k8s.apiconfig import load_api_config
+from multusd.k8s.client import ClientSettings, KubeClient
 from multusd.k8s.reflector.base import ReflectorSettings
 from multusd.k8s.reflector.loop import Reflector
 from multusd.k8s.store import Store, trim_pod
@@ -204,10 +205,10 @@ def deep_size(root: object) -> int:
     return total
 
 
-def bench_client(kubeconfig: str, protobuf: bool) -> KubeClient:
+async def bench_client(kubeconfig: str, protobuf: bool) -> KubeClient:
     """The client a benchmark's child process reads pods with: long request timeouts (a list
     of 50,000 pods takes a while), pods as protobuf or JSON."""
-    config = load_cluster_config(kubeconfig, environ={})
+    config = await load_api_config(kubeconfig, environ={})
     return KubeClient(config, ClientSettings(request_timeout=300, protobuf_pods=protobuf))
 
 
@@ -227,7 +228,10 @@ async def child(kubeconfig: str, count: int, page_size: int, protobuf: bool) -> 
     """The reflector alone in this process (the emulator is the parent), so RSS is ours."""
     from multusd.kubesim.client import connect
 
-    async with await connect(kubeconfig) as control, bench_client(kubeconfig, protobuf) as client:
+    async with (
+        await connect(kubeconfig) as control,
+        await bench_client(kubeconfig, protobuf) as client,
+    ):
         store = Store()
         reflector = pods_reflector(client, store, ReflectorSettings(page_size=page_size))
         gc.collect()

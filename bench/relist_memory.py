@@ -64,7 +64,10 @@ async def _wait(predicate: Any) -> None:
 async def child(kubeconfig: str, count: int, streaming: bool, protobuf: bool) -> dict[str, Any]:
     from multusd.kubesim.client import connect
 
-    async with await connect(kubeconfig) as control, bench_client(kubeconfig, protobuf) as client:
+    async with (
+        await connect(kubeconfig) as control,
+        await bench_client(kubeconfig, protobuf) as client,
+    ):
         store = Store()
         reflector = pods_reflector(client, store, ReflectorSettings(streaming=streaming))
         gc.collect()

@@ -27,10 +27,10 @@ from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
 from multusd.config.readiness import ReadinessSettings, stat_per_request
 from multusd.errors import EXIT_SERVER, StartupError
-from multusd.k8s.client import ClientSettings, ClusterConfig
+from multusd.k8s.apiconfig import load_api_config
+from multusd.k8s.client import ClientSettings
 from multusd.k8s.cluster import Cluster, running_cluster
 from multusd.k8s.devices import device_map_for_pod_object
-from multusd.k8s.kubeconfig import load_cluster_config
 from multusd.k8s.nads import NadLookup
 from multusd.k8s.pods import PodLookup, PodLookupSettings
 from multusd.metrics import Metrics, Recorder
@@ -83,9 +83,7 @@ async def cluster_or_none(
         yield None
         return
     try:
-        cluster_config: ClusterConfig = await asyncio.to_thread(
-            load_cluster_config, config.kubeconfig, environ
-        )
+        cluster_config = await load_api_config(config.kubeconfig, environ)
     except StartupError:
         raise
     except Exception as exc:

@@ -1,6 +1,7 @@
-"""Talking to the Kubernetes API: one rate-limited HTTP client, list+watch caches.
+"""Talking to the Kubernetes API: kubernetes_asyncio behind one token bucket, list+watch caches.
 
-Deliberately not kubernetes_asyncio at runtime: importing any part of it loads every generated
-model class (RSS 33 → 71 MiB), and the daemon must idle within upstream's ~44 MiB. Objects are
-plain dicts decoded with ``json.loads``.
+The client is kubernetes_asyncio's (``apiconfig`` loads its configuration, ``apiclient`` puts
+every request through the request slots and the 50-QPS bucket); the caches are ours
+(``reflector``, ``store``). Objects are plain dicts (or protobuf decoded by ``kproto``): the
+library's generated models are never built.
 """

@@ -1,25 +1,28 @@
-"""The daemon's one Kubernetes API client: HTTP/1.1 (k8s.http), JSON dicts, one token bucket.
+"""The daemon's one Kubernetes API client: kubernetes_asyncio, raw bodies, one token bucket.
 
-Why not kubernetes_asyncio: importing it costs ~38 MiB and 0.5 s (every generated model), its
-default timeouts are "never", and its model classes cost ~0.6 ms per pod to build. What a node
-daemon needs is five verbs on raw JSON, so this is those five verbs:
+The connection pool, TLS, authentication and the API's paths are kubernetes_asyncio's
+(``multusd.k8s.apiconfig`` loads its ``Configuration``); every request it makes passes the
+request slots, the token bucket and the 401 rule of :class:`~multusd.k8s.apiclient.
+LimitedApiClient`. Bodies are never turned into the generated models (~0.6 ms a pod): every
+call passes ``_preload_content=False`` and the body is decoded here.
 
+* NADs are read through ``CustomObjectsApi``, the network-status write is
+  ``CoreV1Api.patch_namespaced_pod_status`` with a merge patch, events
+  ``CoreV1Api.create_namespaced_event``; lists and pod reads use ``call_api`` with the raw
+  path (the generated list methods lack ``sendInitialEvents``, and pods may be protobuf);
 * a 429, or a 5xx carrying Retry-After, is retried as client-go retries it when the caller
   asks for ``retries`` (the request path and events pass ``ClientSettings.max_retries``,
   client-go's 10): after sleeping Retry-After, and through the bucket again; never past the
   caller's ``timeout``, which bounds the whole call. Lists and watches are not retried here:
   their one caller, the reflector, backs off on its own with Retry-After as a floor;
-* what every attempt passes through (the request slots, the token bucket, the bearer token,
-  the timeouts, the errors built from the server's ``Status``, ``contacts``) is
-  :mod:`multusd.k8s.transport`; how a watch stream is read, :mod:`multusd.k8s.watchstream`.
+* how a watch stream is read: :mod:`multusd.k8s.watchstream`.
 
 With ``protobuf_pods`` (the default, as client-go's), pod reads (get, list, watch) ask for
 Kubernetes protobuf first and JSON second, and each response is decoded by its Content-Type:
 protobuf through ``multusd.k8s.kproto`` (which returns pods already trimmed to what the daemon
-reads), anything else as JSON. Every other request, NADs included (CRDs have no protobuf form),
-stays JSON. A protobuf body our decoder cannot read turns protobuf off for the rest of the
-client's life (one warning) and the request is repeated as JSON: a server that sends something
-unexpected costs one extra request, never a failed ADD.
+reads), anything else as JSON. A protobuf body our decoder cannot read turns protobuf off for
+the rest of the client's life (one warning) and the request is repeated as JSON: a server that
+sends something unexpected costs one extra request, never a failed ADD.
 """
 
 from __future__ import annotations
@@ -27,28 +30,35 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
+
+from multusd.errors import EXIT_SERVER, StartupError
 from multusd.k8s import kproto
+from multusd.k8s.apiclient import AUTH_SETTINGS, LimitedApiClient, media_type
+from multusd.k8s.apiconfig import ApiConfig, load_api_config
 from multusd.k8s.errors import ApiError, TooManyRequests
-from multusd.k8s.kubeconfig import ClusterConfig, load_cluster_config
 from multusd.k8s.ratelimit import BucketStatistics, Priority
-from multusd.k8s.transport import Call, Transport, resource_of
 from multusd.k8s.watchstream import open_watch
 from multusd.protobuf import MEDIA_TYPE
 
 __all__ = [
+    "ApiConfig",
     "ClientSettings",
     "ClientStatistics",
-    "ClusterConfig",
     "KubeClient",
     "Priority",
-    "load_cluster_config",
+    "load_api_config",
 ]
+
+MERGE_PATCH = "application/merge-patch+json"
+NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +72,7 @@ class ClientSettings:
     connect_timeout: float = 5.0
     request_timeout: float = 30.0  # whole non-watch request
     watch_read_timeout: float = 90.0  # max silence on a watch stream (socket read)
-    user_agent: str = "multusd"
+    user_agent: str = "multusd"  # the version is appended
     pool_size: int = 16  # requests in flight at once (watches come on top: one per reflector)
     protobuf_pods: bool = True  # ask for protobuf on pod get/list/watch (JSON fallback)
     max_retries: int = 10  # retries of a 429 / 5xx with Retry-After (client-go's maxRetries)
@@ -81,33 +91,40 @@ class ClientStatistics:
 class KubeClient:
     """One per daemon: ``async with KubeClient(config, settings) as client: ...``."""
 
-    def __init__(self, config: ClusterConfig, settings: ClientSettings | None = None) -> None:
+    def __init__(self, config: ApiConfig, settings: ClientSettings | None = None) -> None:
         self.config = config
         self.settings = settings or ClientSettings()
-        self._transport = Transport(
-            config,
-            qps=self.settings.qps,
-            burst=self.settings.burst,
-            pool_size=self.settings.pool_size,
-            connect_timeout=self.settings.connect_timeout,
-            request_timeout=self.settings.request_timeout,
-            watch_read_timeout=self.settings.watch_read_timeout,
-            user_agent=self.settings.user_agent,
-            protobuf_pods=self.settings.protobuf_pods,
-        )
-        self.bucket = self._transport.bucket
+        self._api: LimitedApiClient | None = None
+        self._last_api: LimitedApiClient | None = None  # its counters outlive close()
+        self._on_bucket_wait: Callable[[float], None] | None = None
         self._retries = 0
-        self.contacts = self._transport.contacts
+
+    @property
+    def api(self) -> LimitedApiClient:
+        if self._api is None:
+            raise RuntimeError("KubeClient used outside 'async with' (or after close())")
+        return self._api
+
+    @property
+    def bucket(self) -> Any:
+        """The one token bucket every request takes a token from."""
+        return self.api.bucket
+
+    @property
+    def contacts(self) -> Any:
         """What the server's answers say about its health, per resource (``/readyz``)."""
+        return self.api.contacts
 
     @property
     def on_bucket_wait(self) -> Callable[[float], None] | None:
         """Told every wait for a bucket token (the daemon's metrics histogram)."""
-        return self._transport.on_bucket_wait
+        return self._on_bucket_wait
 
     @on_bucket_wait.setter
     def on_bucket_wait(self, observer: Callable[[float], None] | None) -> None:
-        self._transport.on_bucket_wait = observer
+        self._on_bucket_wait = observer
+        if self._api is not None:
+            self._api.on_bucket_wait = observer
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -124,16 +141,43 @@ class KubeClient:
         await self.close()
 
     async def start(self) -> None:
-        await self._transport.start()
+        if self._api is not None:
+            return
+        s = self.settings
+        # The library opens its aiohttp session (and reads the TLS files) here, on the loop.
+        try:
+            api = LimitedApiClient(
+                self.config.configuration,
+                token=self.config.token,
+                qps=s.qps,
+                burst=s.burst,
+                pool_size=s.pool_size,
+                connect_timeout=s.connect_timeout,
+                request_timeout=s.request_timeout,
+                watch_read_timeout=s.watch_read_timeout,
+                user_agent=s.user_agent,
+                protobuf_pods=s.protobuf_pods,
+            )
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise StartupError(
+                f"bad TLS material in {self.config.source}: {exc}", EXIT_SERVER
+            ) from exc
+        self._api = self._last_api = api
+        self._api.on_bucket_wait = self._on_bucket_wait
+        self.core = CoreV1Api(self._api)
+        self.custom = CustomObjectsApi(self._api)
 
     async def close(self) -> None:
-        await self._transport.close()
+        api, self._api = self._api, None
+        if api is not None:
+            await api.close()
 
     # --- verbs -----------------------------------------------------------------------------
 
     # ``timeout`` bounds the whole call, retries included (``None``: ``request_timeout`` per
-    # attempt); ``priority`` is the call's class in the token bucket; ``retries`` how often a
-    # 429 / 5xx with Retry-After is retried (client-go: ``ClientSettings.max_retries``).
+    # attempt); ``retries`` how often a 429 / 5xx with Retry-After is retried (client-go:
+    # ``ClientSettings.max_retries``). The bucket class comes from the resource (events are
+    # background): ``multusd.k8s.apiclient``.
 
     async def get(
         self,
@@ -141,119 +185,137 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - the request's own deadline
-        priority: Priority = Priority.REQUEST,
         retries: int = 0,
     ) -> Obj:
-        return await self._request(
-            "GET", path, params=params, timeout=timeout, priority=priority, retries=retries
-        )
+        query = list(params.items()) if params else None
 
-    async def patch(
-        self,
-        path: str,
-        body: Obj,
-        *,
-        content_type: str = "application/merge-patch+json",
-        timeout: float | None = None,  # noqa: ASYNC109 - the request's own deadline
-        priority: Priority = Priority.REQUEST,
-        retries: int = 0,
-    ) -> Obj:
-        return await self._request(
-            "PATCH", path, body=body, content_type=content_type, timeout=timeout,
-            priority=priority, retries=retries,
-        )  # fmt: skip
+        def send(seconds: float | None) -> Awaitable[Any]:
+            return self.api.call_api(  # type: ignore[no-any-return]
+                path, "GET", query_params=query, auth_settings=AUTH_SETTINGS,
+                _preload_content=False, _request_timeout=seconds,
+            )  # fmt: skip
 
-    async def post(
+        return await self._call(f"GET {path}", send, timeout=timeout, retries=retries)
+
+    async def get_nad(
         self,
-        path: str,
-        body: Obj,
+        namespace: str,
+        name: str,
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - the request's own deadline
-        priority: Priority = Priority.REQUEST,
         retries: int = 0,
     ) -> Obj:
-        return await self._request(
-            "POST", path, body=body, timeout=timeout, priority=priority, retries=retries
-        )
+        """One NetworkAttachmentDefinition, through ``CustomObjectsApi``."""
+
+        def send(seconds: float | None) -> Awaitable[Any]:
+            return self.custom.get_namespaced_custom_object(
+                NAD_GROUP, NAD_VERSION, namespace, NAD_PLURAL, name,
+                _preload_content=False, _request_timeout=seconds,
+            )  # fmt: skip
+
+        return await self._call(f"get NAD {namespace}/{name}", send, timeout=timeout,
+                                retries=retries)  # fmt: skip
+
+    async def patch_pod_status(
+        self, namespace: str, name: str, body: Obj, *, retries: int = 0
+    ) -> Obj:
+        """A merge patch of a pod's status subresource (``patch_namespaced_pod_status``)."""
+
+        def send(seconds: float | None) -> Awaitable[Any]:
+            # The stub omits the ``_content_type`` the method takes (without it: a strategic
+            # merge patch, which custom resources and older servers refuse).
+            return self.core.patch_namespaced_pod_status(  # type: ignore[call-arg]
+                name, namespace, body, _content_type=MERGE_PATCH,
+                _preload_content=False, _request_timeout=seconds,
+            )  # fmt: skip
+
+        return await self._call(f"patch pods/status {namespace}/{name}", send, retries=retries)
+
+    async def create_event(self, namespace: str, body: Obj, *, retries: int = 0) -> Obj:
+        """Post one Event (``create_namespaced_event``)."""
+
+        def send(seconds: float | None) -> Awaitable[Any]:
+            # A plain dict is serialised as it is; the stub asks for the generated model.
+            return self.core.create_namespaced_event(
+                namespace, body,  # type: ignore[arg-type]
+                _preload_content=False, _request_timeout=seconds,
+            )  # fmt: skip
+
+        return await self._call(f"create event in {namespace}", send, retries=retries)
+
+    async def post(self, path: str, body: Obj, *, retries: int = 0) -> Obj:
+        """A POST of ``body`` to a raw path (tests and tools: the daemon's own writes have
+        typed methods above)."""
+
+        def send(seconds: float | None) -> Awaitable[Any]:
+            return self.api.call_api(  # type: ignore[no-any-return]
+                path, "POST", body=body, auth_settings=AUTH_SETTINGS,
+                _preload_content=False, _request_timeout=seconds,
+            )  # fmt: skip
+
+        return await self._call(f"POST {path}", send, retries=retries)
 
     def watch(
         self, path: str, params: Mapping[str, str]
     ) -> AbstractAsyncContextManager[AsyncIterator[Obj]]:
         """Decoded watch events (``{"type": ..., "object": {...}}``), one per line of the
         stream. An ``ERROR`` event raises: ``Gone`` for a 410 Status, else ``ApiError``."""
-        return open_watch(self._transport, path, params)
+        return open_watch(self.api, path, params)
 
     def statistics(self) -> ClientStatistics:
+        api = self._api or self._last_api
+        if api is None:
+            raise RuntimeError("KubeClient.statistics() before start()")
         return ClientStatistics(
-            requests=dict(self._transport.requests),
-            statuses=dict(self._transport.statuses),
-            watches_open=self._transport.watches_open,
-            token_reloads=self._transport.token.reloads,
-            bucket=self.bucket.statistics(),
+            requests=dict(api.requests),
+            statuses=dict(api.statuses),
+            watches_open=api.watches_open,
+            token_reloads=self.config.token.reloads if self.config.token else 0,
+            bucket=api.bucket.statistics(),
             retries=self._retries,
         )
 
-    # --- the request and its retries ------------------------------------------------------
+    # --- the request, its retries and its body ------------------------------------------------
 
-    async def _request(
+    async def _call(
         self,
-        method: str,
-        path: str,
+        what: str,
+        send: Callable[[float | None], Awaitable[Any]],
         *,
-        params: Mapping[str, str] | None = None,
-        body: Obj | None = None,
-        content_type: str = "application/json",
         timeout: float | None = None,  # noqa: ASYNC109 - the request's own deadline
-        priority: Priority = Priority.REQUEST,
         retries: int = 0,
     ) -> Obj:
-        http = self._transport.http()
-        key = resource_of(method, path, params)
-        data: bytes | None = None
-        if body is not None:
-            data = json.dumps(body, separators=(",", ":")).encode()
         loop = asyncio.get_running_loop()
-        call = Call(
-            method=method,
-            path=path,
-            key=key,
-            params=dict(params) if params else None,
-            data=data,
-            content_type=content_type,
-            deadline=None if timeout is None else loop.time() + timeout,
-            priority=priority,
-        )
+        deadline = None if timeout is None else loop.time() + timeout
         attempt = 0
         while True:
+            seconds = None if deadline is None else max(0.001, deadline - loop.time())
             try:
-                status, media, payload = await self._transport.send(http, call)
+                response = await send(seconds)
                 break
             except ApiError as exc:
-                wait = _retry_after(exc, attempt < retries, call.deadline, loop.time())
+                wait = _retry_after(exc, attempt < retries, deadline, loop.time())
                 if wait is None:
                     raise
                 attempt += 1
                 self._retries += 1
-                log.debug("%s %s: %s; retry %d in %.1f s", key[0], key[1], exc, attempt, wait)
+                log.debug("%s: %s; retry %d in %.1f s", what, exc, attempt, wait)
             await asyncio.sleep(wait)
+        media = media_type(response.getheaders())
         try:
             if media == MEDIA_TYPE:
-                decoded = kproto.decode(payload)
+                decoded = kproto.decode(response.data)
             else:
-                decoded = json.loads(payload) if payload else {}
+                decoded = json.loads(response.data) if response.data else {}
         except ValueError as exc:
-            if media == MEDIA_TYPE and self._transport.protobuf_pods:
-                self._transport.give_up_protobuf(f"{method} {path}", exc)
-                remaining = None if call.deadline is None else max(0.0, call.deadline - loop.time())
-                return await self._request(
-                    method, path, params=params, timeout=remaining, priority=priority,
-                    retries=retries,
-                )  # fmt: skip
-            raise ApiError(
-                f"undecodable response to {method} {path}: {exc}", status=status
-            ) from exc
+            if media == MEDIA_TYPE and self.api.protobuf_pods:
+                self.api.give_up_protobuf(what, exc)
+                remaining = None if deadline is None else max(0.0, deadline - loop.time())
+                return await self._call(what, send, timeout=remaining, retries=retries)
+            raise ApiError(f"undecodable response to {what}: {exc}",
+                           status=response.status) from exc  # fmt: skip
         if not isinstance(decoded, dict):
-            raise ApiError(f"unexpected response to {method} {path}: not an object", status=status)
+            raise ApiError(f"unexpected response to {what}: not an object", status=response.status)
         return decoded
 
 

@@ -19,12 +19,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from multusd.k8s.client import ClientSettings, ClusterConfig, KubeClient
+from multusd.k8s.apiclient import resource_of
+from multusd.k8s.client import ApiConfig, ClientSettings, KubeClient
 from multusd.k8s.events import EventRecorder
 from multusd.k8s.reflector.base import ReflectorSettings
 from multusd.k8s.reflector.loop import Reflector
 from multusd.k8s.store import Store, trim_nad, trim_pod
-from multusd.k8s.transport import resource_of
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def running_cluster(
-    config: ClusterConfig,
+    config: ApiConfig,
     settings: ClientSettings,
     *,
     node_name: str,

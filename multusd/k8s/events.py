@@ -31,7 +31,6 @@ from typing import Any
 from multusd.k8s.client import KubeClient
 from multusd.k8s.errors import ApiError
 from multusd.k8s.names import checked_namespace
-from multusd.k8s.ratelimit import Priority
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +106,8 @@ class EventRecorder:
         """Post one event; every failure is counted and logged, none leaves this method."""
         try:
             namespace = checked_namespace(event["metadata"]["namespace"])
-            await self._client.post(
-                f"/api/v1/namespaces/{namespace}/events",
-                event,
-                priority=Priority.BACKGROUND,
-                retries=self._client.settings.max_retries,
+            await self._client.create_event(
+                namespace, event, retries=self._client.settings.max_retries
             )
         except ApiError as exc:
             self.stats.failed += 1

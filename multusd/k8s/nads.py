@@ -38,8 +38,9 @@ class NadLookup:
         if cached is not None:
             return cached
         try:
-            found = await self.client.get(
-                nad_path(namespace, name),
+            found = await self.client.get_nad(
+                checked_namespace(namespace),
+                checked_name(name),
                 timeout=self.get_timeout,
                 retries=self.client.settings.max_retries,
             )

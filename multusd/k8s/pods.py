@@ -133,11 +133,15 @@ class PodLookup:
         re-create the whole sandbox, so it is worth the persistence.
         """
         body = {"metadata": {"annotations": {NETWORK_STATUS: value}}}
-        path = pod_path(namespace, name) + "/status"
         delay = self.settings.status_backoff
         for attempt in range(1, self.settings.status_attempts + 1):
             try:
-                await self.client.patch(path, body, retries=self.client.settings.max_retries)
+                await self.client.patch_pod_status(
+                    checked_namespace(namespace),
+                    checked_name(name),
+                    body,
+                    retries=self.client.settings.max_retries,
+                )
             except NotFound:
                 log.warning("pod %s/%s was deleted before its network status was written",
                             namespace, name)  # fmt: skip

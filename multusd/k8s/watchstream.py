@@ -1,4 +1,4 @@
-"""Reading a watch stream: opening it on the transport, and its events, in JSON or protobuf.
+"""Reading a watch stream: opening it through the API client, and its events, in JSON or protobuf.
 
 A watch is one long GET whose body never ends on its own: the events come as they happen,
 newline-delimited JSON objects or, for pods read as protobuf, length-prefixed frames. Both
@@ -16,17 +16,18 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
+import aiohttp
+
 from multusd.k8s import kproto
-from multusd.k8s.errors import ApiError, Gone, TransportError, error_from_status
-from multusd.k8s.http import StreamResponse
-from multusd.k8s.ratelimit import Priority
-from multusd.k8s.transport import (
+from multusd.k8s.apiclient import (
+    AUTH_SETTINGS,
     TRANSPORT_ERRORS,
-    Transport,
-    error_of,
+    LimitedApiClient,
+    media_type,
     resource_of,
     transport_error,
 )
+from multusd.k8s.errors import ApiError, Gone, TransportError, error_from_status
 from multusd.protobuf import MEDIA_TYPE
 
 Obj = dict[str, Any]
@@ -34,68 +35,48 @@ Obj = dict[str, Any]
 
 @contextlib.asynccontextmanager
 async def open_watch(
-    transport: Transport, path: str, params: Mapping[str, str]
+    api: LimitedApiClient, path: str, params: Mapping[str, str]
 ) -> AsyncIterator[AsyncIterator[Obj]]:
     """The decoded events of one watch of ``path``, until the block leaves or the server ends
-    the stream; the connection is the watch's own, closed either way."""
-    http = transport.http()
+    the stream; the connection is the watch's own, closed either way. Opening it passes the
+    token bucket and the error rules of ``LimitedApiClient.request`` like any request."""
     query = dict(params)
     query.setdefault("watch", "true")
     key = resource_of("GET", path, query)
-    headers = await transport.prepare(key, Priority.REQUEST)
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            resp = await stack.enter_async_context(
-                http.stream(
-                    "GET", path, params=query, headers=headers,
-                    read_timeout=transport.watch_read_timeout,
-                )
-            )  # fmt: skip
-        except TRANSPORT_ERRORS as exc:
-            transport.statuses[0] += 1
-            lost = transport_error("GET", key, exc)
-            transport.note_failure(key, lost, True)
-            raise lost from exc
-        if resp.status >= 400:
-            transport.statuses[resp.status] += 1
-            try:
-                payload = await resp.read()
-            except TRANSPORT_ERRORS:
-                payload = b""
-            err = error_of(resp.status, payload, resp.headers, resp.content_type)
-            transport.note_failure(key, err, True)
-            raise err
-        transport.statuses[resp.status] += 1
-        transport.watches_open += 1
+    resp: aiohttp.ClientResponse = await api.call_api(
+        path, "GET", query_params=list(query.items()), auth_settings=AUTH_SETTINGS,
+        _preload_content=False,
+    )  # fmt: skip
+    with contextlib.closing(resp):
+        api.watches_open += 1
         resource = key[1]
-        contacts = transport.contacts
-        contacts.succeeded(resource)
+        contacts = api.contacts
         contacts.watch_opened(resource)
         noted = functools.partial(contacts.succeeded, resource)
-        if resp.content_type == MEDIA_TYPE:
-            events = _protobuf_events(resp, key, transport.give_up_protobuf, noted)
+        if media_type(resp.headers) == MEDIA_TYPE:
+            events = _protobuf_events(resp, key, api.give_up_protobuf, noted)
         else:
             events = _events(resp, key, noted)
         try:
             yield events
         except ApiError as exc:
             if not isinstance(exc, Gone):
-                transport.note_failure(key, exc, True)
+                api.note_failure(key, exc)
             raise
         finally:
-            transport.watches_open -= 1
+            api.watches_open -= 1
             contacts.watch_closed(resource)
             await events.aclose()
 
 
 async def _events(
-    resp: StreamResponse, key: tuple[str, str], noted: Callable[[], None]
+    resp: aiohttp.ClientResponse, key: tuple[str, str], noted: Callable[[], None]
 ) -> AsyncGenerator[Obj, None]:
     """Split the stream into lines, however its chunks fall: one event carries a whole object,
     of any size. ``noted`` is told of each event."""
     buffer = bytearray()
     try:
-        async for chunk in resp.iter_chunks():
+        async for chunk in resp.content.iter_any():
             buffer += chunk
             start = 0
             while (end := buffer.find(b"\n", start)) >= 0:
@@ -112,7 +93,7 @@ async def _events(
 
 
 async def _protobuf_events(
-    resp: StreamResponse,
+    resp: aiohttp.ClientResponse,
     key: tuple[str, str],
     undecodable: Callable[[str, ValueError], None],
     noted: Callable[[], None],
@@ -122,7 +103,7 @@ async def _protobuf_events(
     after telling ``undecodable``, so the reflector's next watch asks for JSON."""
     reader = kproto.WatchFrameReader()
     try:
-        async for chunk in resp.iter_chunks():
+        async for chunk in resp.content.iter_any():
             try:
                 events = reader.feed(chunk)
             except ValueError as exc:

@@ -168,6 +168,17 @@ async def store_stats(request: web.Request) -> web.Response:
     return web.json_response(asdict(_state(request).store.statistics()))
 
 
+async def put_token(request: web.Request) -> web.Response:
+    """``{"token": "..."}``: the bearer token the emulator accepts from now on (``null``:
+    anonymous requests are accepted); the old one gets 401."""
+    doc = await _json_body(request)
+    token = doc.get("token")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise bad_request("token must be a non-empty string or null")
+    _state(request).rotate_token(token)
+    return web.json_response({})
+
+
 async def post_seed(request: web.Request) -> web.Response:
     text = await request.text()
     docs = await asyncio.to_thread(seed.parse_manifests, text)
@@ -194,3 +205,4 @@ def add_routes(app: web.Application) -> None:
     r.add_delete("/kubesim/stats", reset_stats)
     r.add_get("/kubesim/store", store_stats)
     r.add_post("/kubesim/seed", post_seed)
+    r.add_put("/kubesim/token", put_token)

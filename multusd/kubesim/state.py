@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from multusd.kubesim.faults import Faults
 from multusd.kubesim.resources import Registry
@@ -50,6 +50,11 @@ class State:
     server_address: str = ""
     # The last snapshot taken (``backup.take``), which ``backup.restore`` restores by default.
     snapshot: Snapshot | None = None
+
+    def rotate_token(self, token: str | None) -> None:
+        """Accept ``token`` from now on and refuse the old one (a service-account token
+        rotated by the kubelet, a secret replaced)."""
+        self.settings = replace(self.settings, token=token)
 
     def __post_init__(self) -> None:
         self.store = Store(

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
+from multusd.k8s.apiconfig import load_api_config
+from multusd.k8s.client import ClientSettings, KubeClient
 from multusd.k8s.errors import ServerError, TooManyRequests
 from multusd.k8s.events import EventRecorder
 from multusd.k8s.pods import PodLookup
@@ -40,7 +41,7 @@ async def sim() -> AsyncIterator[KubeSim]:
 
 
 async def _client(sim: KubeSim, tmp: Path, **settings: Any) -> KubeClient:
-    cfg = load_cluster_config(str(await sim.write_kubeconfig(tmp / "kubeconfig")), {})
+    cfg = await load_api_config(str(await sim.write_kubeconfig(tmp / "kubeconfig")), {})
     return KubeClient(cfg, ClientSettings(**settings))
 
 
@@ -91,7 +92,7 @@ async def test_a_server_that_slows_down_and_recovers_sees_no_burst_above_the_buc
         body = {"metadata": {"annotations": {"a": "1"}}}
         async with asyncio.timeout(120):
             await asyncio.gather(
-                recover(), *(client.patch(f"{PODS}/p{i}/status", body) for i in range(n))
+                recover(), *(client.patch_pod_status("default", f"p{i}", body) for i in range(n))
             )
     stamps = [r.started for r in sim.stats.requests() if r.verb == "patch"]
     assert len(stamps) == n

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,7 @@ from typing import Any
 import pytest
 
 from multusd import __version__
-from multusd.k8s import transport
-from multusd.k8s.client import ClientSettings, ClusterConfig, KubeClient, load_cluster_config
+from multusd.k8s.client import ApiConfig, ClientSettings, KubeClient, load_api_config
 from multusd.k8s.errors import (
     ApiError,
     Conflict,
@@ -53,7 +51,7 @@ async def sim_tls() -> AsyncIterator[KubeSim]:
 
 @pytest.fixture
 async def client(sim: KubeSim, short_tmp: Path) -> AsyncIterator[KubeClient]:
-    cfg = load_cluster_config(str(await sim.write_kubeconfig(short_tmp / "kubeconfig")), {})
+    cfg = await load_api_config(str(await sim.write_kubeconfig(short_tmp / "kubeconfig")), {})
     async with KubeClient(cfg) as c:
         yield c
 
@@ -67,7 +65,9 @@ async def test_plain_http_kubeconfig_verbs(sim: KubeSim, client: KubeClient) -> 
     assert created["metadata"]["uid"]
     got = await client.get(f"{PODS}/p1")
     assert got["metadata"]["name"] == "p1"
-    patched = await client.patch(f"{PODS}/p1", {"metadata": {"annotations": {"a": "1"}}})
+    patched = await client.patch_pod_status(
+        "default", "p1", {"metadata": {"annotations": {"a": "1"}}}
+    )
     assert patched["metadata"]["annotations"] == {"a": "1"}
     listed = await client.get("/api/v1/pods", {"fieldSelector": "spec.nodeName=n1", "limit": "5"})
     assert [p["metadata"]["name"] for p in listed["items"]] == ["p1"]
@@ -80,19 +80,19 @@ async def test_tls_kubeconfig_verifies_ca_and_sends_token(
     sim_tls: KubeSim, short_tmp: Path
 ) -> None:
     path = await sim_tls.write_kubeconfig(short_tmp / "kubeconfig")
-    cfg = load_cluster_config(str(path), {})
-    assert cfg.server.startswith("https://") and cfg.ca_data and cfg.token
+    cfg = await load_api_config(str(path), {})
+    assert cfg.server.startswith("https://") and cfg.configuration.ssl_ca_cert
     sim_tls.create(pod("p"))
     async with KubeClient(cfg) as c:
         assert (await c.get(f"{PODS}/p"))["metadata"]["name"] == "p"
     # No token: the emulator (like an apiserver) refuses; not worth retrying.
-    no_token = ClusterConfig(server=cfg.server, source="test", ca_data=cfg.ca_data)
+    no_token = ApiConfig.for_server(cfg.server, ca_file=cfg.configuration.ssl_ca_cert)
     async with KubeClient(no_token) as c:
         with pytest.raises(ApiError) as info:
             await c.get(f"{PODS}/p")
         assert info.value.status == 401 and not is_transient(info.value)
     # The system trust store does not know the emulator's CA: a TLS failure, status 0.
-    untrusted = ClusterConfig(server=cfg.server, source="test", token=cfg.token)
+    untrusted = ApiConfig.for_server(cfg.server, token=sim_tls.token)
     async with KubeClient(untrusted) as c:
         with pytest.raises(TransportError) as terr:
             await c.get(f"{PODS}/p")
@@ -102,33 +102,33 @@ async def test_tls_kubeconfig_verifies_ca_and_sends_token(
 
 async def test_incluster_files_and_env_with_tls(sim_tls: KubeSim, short_tmp: Path) -> None:
     sa = await sim_tls.write_incluster(short_tmp / "sa", namespace="kube-system")
-    cfg = load_cluster_config("", sim_tls.incluster_env(), incluster_dir=str(sa))
+    cfg = await load_api_config("", sim_tls.incluster_env(), incluster_dir=str(sa))
     assert cfg.source == "in-cluster"
-    assert cfg.namespace == "kube-system"
-    assert cfg.token_file == str(sa / "token")
+    assert cfg.token is not None and cfg.token.path == str(sa / "token")
     async with KubeClient(cfg) as c:
         body = await c.get("/api/v1/namespaces")
         assert "kube-system" in {ns["metadata"]["name"] for ns in body["items"]}
 
 
-async def test_rotated_token_file_is_picked_up(
-    sim_tls: KubeSim, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_rotated_token_is_read_at_the_first_401(sim_tls: KubeSim, short_tmp: Path) -> None:
+    """client-go's rule: a 401 re-reads the token file and the request goes again with the new
+    token, so a rotation fails no request (the minute between the file's periodic reads
+    included); a file that still holds a refused token gets the 401 through."""
     sa = await sim_tls.write_incluster(short_tmp / "sa")
-    cfg = load_cluster_config("", sim_tls.incluster_env(), incluster_dir=str(sa))
-    monkeypatch.setattr(transport, "TOKEN_RECHECK", 0.0)  # check on every request
+    cfg = await load_api_config("", sim_tls.incluster_env(), incluster_dir=str(sa))
     async with KubeClient(cfg) as c:
         await c.get("/api/v1/namespaces/default")
-        token = sa / "token"
-        token.write_text("rotated-but-wrong")
-        os.utime(token, (1, 1))
+        sim_tls.state.rotate_token("rotated")
+        (sa / "token").write_text("rotated\n")
+        await c.get("/api/v1/namespaces/default")  # 401, read again, sent again: answered
+        assert c.statistics().token_reloads == 1
+        assert c.statistics().statuses == {200: 2, 401: 1}
+        sim_tls.state.rotate_token("refused-elsewhere")
+        (sa / "token").write_text("still-wrong")
         with pytest.raises(ApiError) as info:
             await c.get("/api/v1/namespaces/default")
         assert info.value.status == 401
-        token.write_text(str(sim_tls.token))
-        os.utime(token, (2, 2))
-        await c.get("/api/v1/namespaces/default")
-        assert c.statistics().token_reloads == 2
+        assert c.statistics().token_reloads == 2  # read again, sent again, refused again
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ async def test_error_mapping(sim: KubeSim, client: KubeClient) -> None:
 
     sim.faults.errors.append(ErrorRule(code=500, verb="patch", count=1))
     with pytest.raises(ServerError) as se:
-        await client.patch(f"{PODS}/dup", {"metadata": {"labels": {"x": "y"}}})
+        await client.patch_pod_status("default", "dup", {"metadata": {"labels": {"x": "y"}}})
     assert se.value.status == 500 and is_transient(se.value)
 
     sim.faults.errors.append(ErrorRule(code=503, verb="get", count=1, retry_after=2))
@@ -166,7 +166,7 @@ async def test_error_mapping(sim: KubeSim, client: KubeClient) -> None:
     stats = client.statistics()
     assert stats.statuses == {404: 1, 201: 1, 409: 1, 410: 1, 429: 1, 500: 1, 503: 1}
     assert stats.requests == {("get", "pods"): 3, ("create", "pods"): 2, ("list", "pods"): 1,
-                              ("patch", "pods"): 1}  # fmt: skip
+                              ("patch", "pods/status"): 1}  # fmt: skip
     assert stats.bucket.acquired == 7
 
 
@@ -181,7 +181,7 @@ async def test_transport_errors(sim: KubeSim, client: KubeClient) -> None:
     await sim.stop()
     with pytest.raises(TransportError):
         await client.get(f"{PODS}/anything")
-    refused = ClusterConfig(server=f"http://127.0.0.1:{port}", source="test")
+    refused = ApiConfig.for_server(f"http://127.0.0.1:{port}")
     async with KubeClient(refused) as c:
         with pytest.raises(TransportError) as info:
             await c.get("/api/v1/pods")
@@ -189,7 +189,7 @@ async def test_transport_errors(sim: KubeSim, client: KubeClient) -> None:
 
 
 async def test_use_outside_context_is_a_programming_error(sim: KubeSim, short_tmp: Path) -> None:
-    cfg = load_cluster_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
+    cfg = await load_api_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
     with pytest.raises(RuntimeError):
         await KubeClient(cfg).get("/api/v1/pods")
 
@@ -259,7 +259,7 @@ async def test_watch_http_errors_and_clean_end(sim: KubeSim, client: KubeClient)
 
 
 async def test_silent_watch_hits_the_read_timeout(sim: KubeSim, short_tmp: Path) -> None:
-    cfg = load_cluster_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
+    cfg = await load_api_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
     sim.faults.set_stall(True)
     try:
         async with KubeClient(cfg, ClientSettings(watch_read_timeout=0.5)) as c:
@@ -280,7 +280,7 @@ async def test_bucket_bound_from_the_request_log(sim: KubeSim, short_tmp: Path) 
     """qps=20, burst=5, 60 concurrent requests: in every window [a, b] of the emulator's arrival
     times, at most burst + qps*(b - a) requests (plus 100 ms of scheduling jitter)."""
     sim.create(pod("p"))
-    cfg = load_cluster_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
+    cfg = await load_api_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
     qps, burst, n = 20.0, 5, 60
     async with KubeClient(cfg, ClientSettings(qps=qps, burst=burst)) as c:
         sim.stats.reset()
@@ -303,8 +303,8 @@ async def test_bucket_bound_from_the_request_log(sim: KubeSim, short_tmp: Path) 
 async def test_watch_starts_take_a_token(
     sim: KubeSim, short_tmp: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="multusd.k8s.transport")
-    cfg = load_cluster_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
+    caplog.set_level(logging.DEBUG, logger="multusd.k8s.apiclient")
+    cfg = await load_api_config(str(await sim.write_kubeconfig(short_tmp / "k")), {})
     async with KubeClient(cfg, ClientSettings(qps=1.0, burst=1)) as c:
         await c.get(PODS)
         assert not c.bucket.acquire_nowait()  # the list took the only token

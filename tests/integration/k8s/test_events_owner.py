@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from multusd.k8s.client import KubeClient, load_cluster_config
+from multusd.k8s.apiconfig import load_api_config
+from multusd.k8s.client import KubeClient
 from multusd.k8s.events import EventRecorder
 from multusd.kubesim import KubeSim
 
@@ -19,7 +20,7 @@ from multusd.kubesim import KubeSim
 @pytest.fixture
 async def client(short_tmp: Path) -> AsyncIterator[tuple[KubeSim, KubeClient]]:
     async with KubeSim() as sim:
-        cfg = load_cluster_config(str(await sim.write_kubeconfig(short_tmp / "kubeconfig")), {})
+        cfg = await load_api_config(str(await sim.write_kubeconfig(short_tmp / "kubeconfig")), {})
         async with KubeClient(cfg) as c:
             yield sim, c
 

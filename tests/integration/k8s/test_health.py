@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from multusd.k8s.client import ClientSettings, load_cluster_config
+from multusd.k8s.apiconfig import load_api_config
+from multusd.k8s.client import ClientSettings
 from multusd.k8s.cluster import Cluster, running_cluster
 from multusd.kubesim import KubeSim, Settings
 from tests.waits import eventually
@@ -20,7 +21,7 @@ def _all_watching(cluster: Cluster) -> bool:
 async def test_health_follows_the_api_server_down_and_back(short_tmp: Path) -> None:
     failures: list[str] = []
     async with KubeSim(Settings(bookmark_interval=0.5)) as sim:
-        cfg = load_cluster_config(str(await sim.write_kubeconfig(short_tmp / "kubeconfig")), {})
+        cfg = await load_api_config(str(await sim.write_kubeconfig(short_tmp / "kubeconfig")), {})
         async with running_cluster(
             cfg, ClientSettings(), node_name="n1", on_failure=failures.append
         ) as cluster:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from multusd.k8s.client import KubeClient, load_cluster_config
+from multusd.k8s.apiconfig import load_api_config
+from multusd.k8s.client import KubeClient
 from multusd.k8s.errors import ServerError
 from multusd.k8s.events import EventRecorder, added_interface_message
 from multusd.k8s.nads import NadLookup
@@ -40,7 +41,7 @@ async def sim() -> AsyncIterator[KubeSim]:
 async def client(sim: KubeSim) -> AsyncIterator[KubeClient]:
     directory = Path(tempfile.mkdtemp(prefix="k8s-", dir="/tmp"))
     try:
-        cfg = load_cluster_config(str(await sim.write_kubeconfig(directory / "kubeconfig")), {})
+        cfg = await load_api_config(str(await sim.write_kubeconfig(directory / "kubeconfig")), {})
         async with KubeClient(cfg) as c:
             yield c
     finally:

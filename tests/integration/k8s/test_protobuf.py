@@ -21,9 +21,9 @@ import pytest
 
 from multusd import protobuf
 from multusd.k8s import kproto
-from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
+from multusd.k8s.apiconfig import ApiConfig, load_api_config
+from multusd.k8s.client import ClientSettings, KubeClient
 from multusd.k8s.errors import NotFound, TooManyRequests, TransportError
-from multusd.k8s.kubeconfig import ClusterConfig
 from multusd.k8s.reflector.base import ReflectorSettings
 from multusd.k8s.reflector.loop import Reflector
 from multusd.k8s.store import Store, trim_pod
@@ -61,7 +61,7 @@ async def sim() -> AsyncIterator[KubeSim]:
 
 async def _client(sim: KubeSim, tmp: Path, settings: ClientSettings) -> KubeClient:
     kubeconfig = await sim.write_kubeconfig(tmp / "kubeconfig")
-    return KubeClient(load_cluster_config(str(kubeconfig), environ={}), settings)
+    return KubeClient(await load_api_config(str(kubeconfig), environ={}), settings)
 
 
 @pytest.fixture
@@ -226,9 +226,7 @@ async def test_nads_and_writes_stay_json(sim: KubeSim, client: KubeClient) -> No
     nads = await client.get(NADS)
     assert [n["metadata"]["name"] for n in nads["items"]] == ["macvlan"]
     sim.create(pod("w"))
-    patched = await client.patch(
-        "/api/v1/namespaces/default/pods/w", {"metadata": {"labels": {"a": "b"}}}
-    )
+    patched = await client.patch_pod_status("default", "w", {"metadata": {"labels": {"a": "b"}}})
     assert patched["metadata"]["labels"] == {"app": "x", "a": "b"}  # the full JSON object
     for record in sim.stats.requests():
         if record.resource == "network-attachment-definitions" or record.verb == "patch":
@@ -324,7 +322,7 @@ async def test_undecodable_protobuf_turns_protobuf_off_and_the_get_is_repeated_a
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with _GarbledProtobufServer() as server:
-        config = ClusterConfig(server=server.url, source="test")
+        config = ApiConfig.for_server(server.url)
         async with KubeClient(config, ClientSettings(request_timeout=10.0)) as api:
             got = await api.get("/api/v1/namespaces/default/pods/garbled")
             assert got["metadata"]["name"] == "garbled"
@@ -338,7 +336,7 @@ async def test_undecodable_protobuf_turns_protobuf_off_and_the_get_is_repeated_a
 
 async def test_undecodable_protobuf_watch_ends_and_the_next_watch_asks_for_json() -> None:
     async with _GarbledProtobufServer() as server:
-        config = ClusterConfig(server=server.url, source="test")
+        config = ApiConfig.for_server(server.url)
         async with KubeClient(config, ClientSettings(request_timeout=10.0)) as api:
             with pytest.raises(TransportError, match="undecodable watch event"):
                 async with api.watch("/api/v1/pods", {}) as events:

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from multusd.k8s.client import ClientSettings, KubeClient, load_cluster_config
+from multusd.k8s.apiconfig import load_api_config
+from multusd.k8s.client import ClientSettings, KubeClient
 from multusd.k8s.errors import ApiError, Gone, ServerError
 from multusd.k8s.reflector.base import ReflectorSettings
 from multusd.k8s.reflector.loop import Reflector
@@ -55,7 +56,7 @@ async def sim() -> AsyncIterator[KubeSim]:
 @pytest.fixture
 async def client(sim: KubeSim, short_tmp: Path) -> AsyncIterator[KubeClient]:
     kubeconfig = await sim.write_kubeconfig(short_tmp / "kubeconfig")
-    config = load_cluster_config(str(kubeconfig), environ={})
+    config = await load_api_config(str(kubeconfig), environ={})
     # JSON here; test_protobuf.py runs this whole suite again over protobuf.
     async with KubeClient(config, ClientSettings(request_timeout=10.0, protobuf_pods=False)) as api:
         yield api
@@ -686,7 +687,7 @@ async def test_streaming_falls_back_to_paged_lists_on_a_server_without_it(
     async with KubeSim(dataclasses.replace(SIM_SETTINGS, watch_list=False)) as old:
         seed(old, 10)
         kubeconfig = await old.write_kubeconfig(short_tmp / "old-kubeconfig")
-        config = load_cluster_config(str(kubeconfig), environ={})
+        config = await load_api_config(str(kubeconfig), environ={})
         async with KubeClient(config, ClientSettings(protobuf_pods=False)) as api:
             store = Store()
             reflector = pod_reflector(api, store, settings=STREAM)
