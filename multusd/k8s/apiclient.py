@@ -258,10 +258,16 @@ class LimitedApiClient(ApiClient):
         return response
 
     async def _new_token(self, send: _Send) -> bool:
-        """After a 401: whether the token file held a new token (then ``send`` carries it)."""
-        if self.token is None or not await self.token.reload():
+        """After a 401: whether there is a token other than the one ``send`` carried (read
+        from the file now, or by a request refused at the same time); ``send`` then carries
+        it."""
+        if self.token is None:
             return False
-        send.headers["authorization"] = self.configuration.api_key["BearerToken"]
+        await self.token.reload()
+        current = self.configuration.api_key.get("BearerToken")
+        if not current or current == send.headers.get("authorization"):
+            return False
+        send.headers["authorization"] = current
         return True
 
     def _lost(self, send: _Send, exc: BaseException) -> TransportError:

@@ -14,6 +14,7 @@ from tests.e2e.conftest import shim_config
 from tests.e2e.harness import Daemon, addresses, run_shim
 from tests.e2e.kube import (
     NETWORK_STATUS,
+    NODE,
     create_pod,
     readyz,
     start_kube,
@@ -266,3 +267,50 @@ async def test_serves_after_a_bounded_wait_when_the_api_is_down(
     status, caches = await readyz(daemon)
     assert status == 200
     assert caches.startswith("caches not synced after 1s")
+
+
+async def test_a_rotated_token_fails_no_add(
+    start_daemon: StartDaemon,
+    kubesim: KubeSim,
+    netns: MakeNetns,
+    shim_path: Path,
+    workdir: Path,
+    conflist_file: Path,
+) -> None:
+    """The emulator starts refusing the old token and the token file holds the new one: the
+    daemon's next request gets a 401, reads the file again at once and is sent again, so no
+    ADD fails (before, the file was read at most once a minute and every ADD failed until
+    then)."""
+    import yaml
+
+    token_file = workdir / "token"
+    token_file.write_text(f"{kubesim.token}\n")
+    kubeconfig = await kubesim.write_kubeconfig(workdir / "kubeconfig")
+    doc = yaml.safe_load(kubeconfig.read_text())
+    doc["users"][0]["user"] = {"tokenFile": str(token_file)}
+    kubeconfig.write_text(yaml.safe_dump(doc))
+    pods = {f"rot{i}": create_pod(kubesim, f"rot{i}") for i in range(4)}
+    daemon = await start_daemon(
+        env={"MULTUS_NODE_NAME": NODE}, kubeconfig=str(kubeconfig),
+        clusterNetwork=str(conflist_file),
+    )  # fmt: skip
+    assert await readyz(daemon) == (200, "caches synced")
+    envs = {pod: uid_env(await netns(), pod, uid) for pod, uid in pods.items()}
+    first = await run_shim(shim_path, "ADD", shim_config(daemon), env=envs["rot0"])
+    assert first.returncode == 0, first
+    kubesim.state.rotate_token("rotated-token")
+    token_file.write_text("rotated-token\n")
+    kubesim.stats.reset()
+    added = await asyncio.gather(
+        *(run_shim(shim_path, "ADD", shim_config(daemon), env=envs[p]) for p in list(pods)[1:])
+    )
+    assert [a.returncode for a in added] == [0, 0, 0], added
+    for pod in pods:
+        annotations = kubesim.get("pods", "default", pod, group="", version="v1")["metadata"]
+        assert NETWORK_STATUS in annotations["annotations"], pod
+    codes = [r.code for r in kubesim.stats.requests() if r.verb == "patch"]
+    assert codes.count(200) == 3 and set(codes) <= {200, 401}, codes
+    assert "API token reloaded from" in daemon.log()
+    for env in envs.values():
+        deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
+        assert deleted.returncode == 0, deleted
