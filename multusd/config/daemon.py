@@ -3,49 +3,72 @@
 Upstream reads this one file with three decoders (daemon, config generator, per-request NetConf) and
 ignores unknown keys in each, yet every top-level key still rides into each request through the
 server-config override (docs/upstream.md, "Server-config override"). We therefore keep two views:
-``DaemonConfig``, the typed settings the daemon acts on, and ``raw``, the exact decoded object the
-override copies. Decoding follows Go (see ``multusd.config.schema``), so a file that works upstream
-works here and one that fails there fails here, with one clear line.
+``DaemonConfig``, the typed settings the daemon acts on (a pydantic model), and ``raw``, the exact
+decoded object the override copies. Decoding follows Go (see ``multusd.config.schema``), so a file
+that works upstream works here and one that fails there fails here, with one clear line.
 
-Every key of the file the daemon acts on is declared here, the server's limits
-(``requestTimeoutSeconds``, ``maxPendingRequests``, ...) included: ``multusd.server`` reads
-them from ``DaemonConfig``, so a bad value stops start-up before anything runs.
+Every key of the file the daemon acts on is declared here, with its default and its rule, the
+server's limits (``requestTimeoutSeconds``, ``maxPendingRequests``, ...) included:
+``multusd.server`` reads them from ``DaemonConfig``, so a bad value stops start-up before
+anything runs. docs/configuration.md documents the same keys; a test keeps the two in step.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from multusd.config.schema import SchemaError, check, decode, json_field
+from pydantic import AfterValidator, Field
+
+from multusd.config.schema import GoModel, Int, SchemaError, decode
 from multusd.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = "/etc/cni/net.d/multus.d/daemon-config.json"
 
+_Number = TypeVar("_Number", int, float)
 
-@dataclass(frozen=True, slots=True)
-class LogOptions:
+
+def _positive(value: _Number) -> _Number:
+    if value > 0:
+        return value
+    raise ValueError(f"must be greater than 0, got {value}")
+
+
+def _connection_limit(value: int) -> int:
+    if value > 0:
+        return value
+    raise ValueError(f"connection limit must be greater than 0, got {value}")  # upstream's text
+
+
+def _tcp_port(value: int) -> int:
+    if 0 < value < 65536:
+        return value
+    raise ValueError(f"must be a TCP port (1-65535), got {value}")
+
+
+PositiveInt = Annotated[Int, AfterValidator(_positive)]
+PositiveFloat = Annotated[float, AfterValidator(_positive)]
+"""The server's limits and the API client's rate: at 0 or below they would refuse everything."""
+
+
+class LogOptions(GoModel):
     """Log rotation (lumberjack semantics upstream): sizes in MB, ages in days."""
 
-    max_age: int | None = json_field("maxAge", None)
-    max_size: int | None = json_field("maxSize", None)
-    max_backups: int | None = json_field("maxBackups", None)
-    compress: bool | None = json_field("compress", None)
+    max_age: Int | None = Field(default=None, validation_alias="maxAge")
+    max_size: Int | None = Field(default=None, validation_alias="maxSize")
+    max_backups: Int | None = Field(default=None, validation_alias="maxBackups")
+    compress: bool | None = Field(default=None, validation_alias="compress")
 
 
-@dataclass(frozen=True, slots=True)
-class PerNodeCertificate:
-    enabled: bool = json_field("enabled", False)
-    bootstrap_kubeconfig: str = json_field("bootstrapKubeconfig", "")
-    cert_dir: str = json_field("certDir", "")
-    cert_duration: str = json_field("certDuration", "10m")
+class PerNodeCertificate(GoModel):
+    enabled: bool = Field(default=False, validation_alias="enabled")
+    bootstrap_kubeconfig: str = Field(default="", validation_alias="bootstrapKubeconfig")
+    cert_dir: str = Field(default="", validation_alias="certDir")
+    cert_duration: str = Field(default="10m", validation_alias="certDuration")
 
 
-@dataclass(frozen=True, slots=True)
-class NetworkKeys:
+class NetworkKeys(GoModel):
     """The Multus NetConf keys (docs/upstream.md, "Per-request NetConf") that both the daemon and
     each request read.
 
@@ -53,20 +76,22 @@ class NetworkKeys:
     override copies the former over the latter; one definition keeps the defaults in step.
     """
 
-    bin_dir: str = json_field("binDir", "/opt/cni/bin")
-    conf_dir: str = json_field("confDir", "/etc/cni/multus/net.d")
-    cni_dir: str = json_field("cniDir", "/var/lib/cni/multus")
-    kubeconfig: str = json_field("kubeconfig", "")
-    cluster_network: str = json_field("clusterNetwork", "")
-    default_networks: list[str] = json_field("defaultNetworks", factory=list)
-    multus_namespace: str = json_field("multusNamespace", "kube-system")
-    system_namespaces: list[str] = json_field("systemNamespaces", factory=lambda: ["kube-system"])
-    namespace_isolation: bool = json_field("namespaceIsolation", False)
-    global_namespaces: str = json_field("globalNamespaces", "")
-    retry_delete_on_error: bool = json_field("retryDeleteOnError", False)
-    cni_version: str = json_field("cniVersion", "")
-    readiness_indicator_file: str = json_field("readinessindicatorfile", "")
-    auxiliary_cni_chain_name: str = json_field("auxiliaryCNIChainName", "")
+    bin_dir: str = Field(default="/opt/cni/bin", validation_alias="binDir")
+    conf_dir: str = Field(default="/etc/cni/multus/net.d", validation_alias="confDir")
+    cni_dir: str = Field(default="/var/lib/cni/multus", validation_alias="cniDir")
+    kubeconfig: str = Field(default="", validation_alias="kubeconfig")
+    cluster_network: str = Field(default="", validation_alias="clusterNetwork")
+    default_networks: list[str] = Field(default_factory=list, validation_alias="defaultNetworks")
+    multus_namespace: str = Field(default="kube-system", validation_alias="multusNamespace")
+    system_namespaces: list[str] = Field(
+        default_factory=lambda: ["kube-system"], validation_alias="systemNamespaces"
+    )
+    namespace_isolation: bool = Field(default=False, validation_alias="namespaceIsolation")
+    global_namespaces: str = Field(default="", validation_alias="globalNamespaces")
+    retry_delete_on_error: bool = Field(default=False, validation_alias="retryDeleteOnError")
+    cni_version: str = Field(default="", validation_alias="cniVersion")
+    readiness_indicator_file: str = Field(default="", validation_alias="readinessindicatorfile")
+    auxiliary_cni_chain_name: str = Field(default="", validation_alias="auxiliaryCNIChainName")
 
     @property
     def global_namespace_list(self) -> list[str]:
@@ -76,7 +101,6 @@ class NetworkKeys:
         return [part.strip() for part in self.global_namespaces.split(",")]
 
 
-@dataclass(frozen=True, slots=True)
 class DaemonConfig(NetworkKeys):
     """Every key of upstream's daemon config (docs/upstream.md, "Daemon config keys") plus ours,
     with defaults.
@@ -85,60 +109,68 @@ class DaemonConfig(NetworkKeys):
     """
 
     # (a) daemon process
-    socket_dir: str = json_field("socketDir", "/run/multus/")
-    chroot_dir: str = json_field("chrootDir", "")
-    log_file: str = json_field("logFile", "")
-    log_level: str = json_field("logLevel", "")
-    log_to_stderr: bool = json_field("logToStderr", False)
-    log_options: LogOptions | None = json_field("logOptions", None)
-    metrics_port: int | None = json_field("metricsPort", None)
-    health_port: int | None = json_field("healthPort", None)
+    socket_dir: str = Field(default="/run/multus/", validation_alias="socketDir")
+    chroot_dir: str = Field(default="", validation_alias="chrootDir")
+    log_file: str = Field(default="", validation_alias="logFile")
+    log_level: str = Field(default="", validation_alias="logLevel")
+    log_to_stderr: bool = Field(default=False, validation_alias="logToStderr")
+    log_options: LogOptions | None = Field(default=None, validation_alias="logOptions")
+    metrics_port: Int | None = Field(default=None, validation_alias="metricsPort")
+    health_port: Annotated[Int, AfterValidator(_tcp_port)] | None = Field(
+        default=None, validation_alias="healthPort"
+    )
     """*multusd*: serve ``/healthz`` and ``/readyz`` on ``127.0.0.1:<port>`` for the kubelet's
     ``httpGet`` probes (``server.health``: an exec probe costs the container ~5 MiB each run)."""
-    enable_pprof: bool = json_field("enablePprof", False)
-    connection_limit: int | None = json_field("connectionLimit", None)
-    per_node_certificate: PerNodeCertificate | None = json_field("perNodeCertificate", None)
+    enable_pprof: bool = Field(default=False, validation_alias="enablePprof")
+    connection_limit: Annotated[Int, AfterValidator(_connection_limit)] | None = Field(
+        default=None, validation_alias="connectionLimit"
+    )
+    per_node_certificate: PerNodeCertificate | None = Field(
+        default=None, validation_alias="perNodeCertificate"
+    )
 
     # (b) config generator
-    multus_config_file: str = json_field("multusConfigFile", "auto")
-    multus_autoconfig_dir: str = json_field("multusAutoconfigDir", "")
-    multus_master_cni: str = json_field("multusMasterCNI", "")
-    cni_config_dir: str = json_field("cniConfigDir", "/etc/cni/net.d")
-    force_cni_version: bool = json_field("forceCNIVersion", False)
-    override_network_name: bool = json_field("overrideNetworkName", False)
-    type: str = json_field("type", "multus-shim")
-    capabilities: dict[str, bool] = json_field("capabilities", factory=dict)
-    daemon_socket_dir: str = json_field("daemonSocketDir", "")
+    multus_config_file: str = Field(default="auto", validation_alias="multusConfigFile")
+    multus_autoconfig_dir: str = Field(default="", validation_alias="multusAutoconfigDir")
+    multus_master_cni: str = Field(default="", validation_alias="multusMasterCNI")
+    cni_config_dir: str = Field(default="/etc/cni/net.d", validation_alias="cniConfigDir")
+    force_cni_version: bool = Field(default=False, validation_alias="forceCNIVersion")
+    override_network_name: bool = Field(default=False, validation_alias="overrideNetworkName")
+    type: str = Field(default="multus-shim", validation_alias="type")
+    capabilities: dict[str, bool] = Field(default_factory=dict, validation_alias="capabilities")
+    daemon_socket_dir: str = Field(default="", validation_alias="daemonSocketDir")
 
     # multusd additions
-    plugin_timeout: float | None = json_field("pluginTimeoutSeconds", None)
+    plugin_timeout: float | None = Field(default=None, validation_alias="pluginTimeoutSeconds")
     """*multusd*: kill a delegate plugin that runs longer than this; unset = no limit (upstream)."""
-    max_request_bytes: int = json_field("maxRequestBytes", 4 * 1024 * 1024)
+    max_request_bytes: Int = Field(default=4 * 1024 * 1024, validation_alias="maxRequestBytes")
     """*multusd*: larger request bodies get HTTP 413."""
-    kube_client_qps: float = json_field("kubeClientQPS", 50.0)
+    kube_client_qps: PositiveFloat = Field(default=50.0, validation_alias="kubeClientQPS")
     """*multusd*: the API token bucket's rate (upstream's client: 50)."""
-    kube_client_burst: int = json_field("kubeClientBurst", 50)
+    kube_client_burst: PositiveInt = Field(default=50, validation_alias="kubeClientBurst")
     """*multusd*: the API token bucket's burst (upstream's client: 50)."""
-    kube_client_protobuf: bool = json_field("kubeClientProtobuf", True)
+    kube_client_protobuf: bool = Field(default=True, validation_alias="kubeClientProtobuf")
     """*multusd*: read pods as Kubernetes protobuf, JSON as the fallback (client-go's default;
     ~1.8× fewer bytes and 3-5× less CPU per listed pod). NADs stay JSON. ``false``: JSON only."""
-    cache_sync_timeout: float = json_field("cacheSyncTimeoutSeconds", 20.0)
+    cache_sync_timeout: float = Field(default=20.0, validation_alias="cacheSyncTimeoutSeconds")
     """*multusd*: how long start-up waits for the pod and NAD caches before serving anyway."""
-    kubelet_pod_resources_socket: str = json_field(
-        "kubeletPodResourcesSocket", "/var/lib/kubelet/pod-resources/kubelet.sock"
+    kubelet_pod_resources_socket: str = Field(
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        validation_alias="kubeletPodResourcesSocket",
     )
     """*multusd*: the kubelet pod-resources socket (device IDs for ``resourceName`` NADs)."""
-    device_checkpoint_file: str = json_field(
-        "deviceCheckpointFile", "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    device_checkpoint_file: str = Field(
+        default="/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+        validation_alias="deviceCheckpointFile",
     )
     """*multusd*: the device-plugin checkpoint, read when the socket is absent."""
-    pod_get_timeout: float = json_field("podGetTimeoutSeconds", 5.0)
+    pod_get_timeout: float = Field(default=5.0, validation_alias="podGetTimeoutSeconds")
     """*multusd*: timeout of the fallback pod GET (upstream: 50 ms, a reported bug)."""
-    keep_config_on_exit: bool = json_field("keepConfigOnExit", False)
+    keep_config_on_exit: bool = Field(default=False, validation_alias="keepConfigOnExit")
     """*multusd*: leave the generated ``00-multus.conf`` in place on shutdown. Upstream deletes
     it, so pods created while the daemon restarts get only the primary network; keeping it makes
     them fail (and be retried by the kubelet) until the daemon is back instead."""
-    follow_primary_config: bool = json_field("followPrimaryConfig", False)
+    follow_primary_config: bool = Field(default=False, validation_alias="followPrimaryConfig")
     """*multusd*, opt-in: without ``multusMasterCNI``, re-choose the primary on every change of
     ``multusAutoconfigDir`` (a new lexically-earlier config takes over; a primary gone for 5 s
     is replaced by the next candidate). Upstream, and our default, fix the primary found at
@@ -147,7 +179,7 @@ class DaemonConfig(NetworkKeys):
 
     # multusd additions: the server's limits, how long a request may take, how many may wait,
     # how long a client may dawdle (docs/configuration.md has the table). Each must be > 0.
-    request_timeout: float = json_field("requestTimeoutSeconds", 120.0)
+    request_timeout: PositiveFloat = Field(default=120.0, validation_alias="requestTimeoutSeconds")
     """*multusd*: deadline of one CNI request, waiting included; plugins are killed when it
     passes. Why 120: the kubelet gives ``RunPodSandbox`` twice its
     ``--runtime-request-timeout`` (2 min by default, so 4 min) and Stop/RemovePodSandbox the
@@ -155,60 +187,44 @@ class DaemonConfig(NetworkKeys):
     request well before the kubelet gives up, leaves room for the rollback and the runtime's own
     cleanup, and is the same bound for DEL, whose caller waits 2 min. Upstream has no limit at
     all."""
-    max_pending_per_container: int = json_field("maxPendingRequestsPerContainer", 16)
+    max_pending_per_container: PositiveInt = Field(
+        default=16, validation_alias="maxPendingRequestsPerContainer"
+    )
     """*multusd*: requests one container may have in the daemon (running or waiting); more get
     code 11. Why 16: the kubelet runs one sandbox operation per pod at a time and containerd one
     CNI call per sandbox operation, so a container normally has one or two requests (an ADD,
     then the DELs of Stop and Remove); 16 leaves room for retries while a runaway client cannot
     pile up work behind one hung container."""
-    max_pending: int = json_field("maxPendingRequests", 1024)
+    max_pending: PositiveInt = Field(default=1024, validation_alias="maxPendingRequests")
     """*multusd*: CNI requests the daemon holds at once (running or waiting, read or not); more
     get code 11. Why 1,024: twice the ADD and DEL of every pod on a 500-pod node at once (the
     kubelet's default ``maxPods`` is 110). Beyond ``maxActiveRequests`` they wait unread,
     costing the daemon a file descriptor each."""
-    max_active: int = json_field("maxActiveRequests", 32)
+    max_active: PositiveInt = Field(default=32, validation_alias="maxActiveRequests")
     """*multusd*: CNI requests read and in the daemon at once; more wait unread
     (``server.intake``). Why 32: a request read costs the daemon ~50 KiB until it is answered,
     one not yet read nothing (the kernel charges it to the client). 32 keep two cores' worth of
     plugins and the 50-QPS bucket busy (an ADD spends most of its time in plugins, which the
     memory admission runs a few at a time under a 50 Mi limit anyway) at ~1.6 MiB."""
-    header_timeout: float = json_field("requestHeaderTimeoutSeconds", 10.0)
+    header_timeout: PositiveFloat = Field(
+        default=10.0, validation_alias="requestHeaderTimeoutSeconds"
+    )
     """*multusd*: from connecting (or the previous answer) to a complete request header. Why 10:
     Go's usual ``ReadHeaderTimeout`` (upstream's own metrics server uses 10 s); our shim sends
     its whole request at once, right after connecting."""
-    body_timeout: float = json_field("requestBodyTimeoutSeconds", 10.0)
+    body_timeout: PositiveFloat = Field(default=10.0, validation_alias="requestBodyTimeoutSeconds")
     """*multusd*: from the request header to the complete body. Why 10: a request body is a few
     KiB written in one go."""
 
-    benchmark_direct_pod_get: bool = json_field("benchmarkDirectPodGet", False)
+    benchmark_direct_pod_get: bool = Field(default=False, validation_alias="benchmarkDirectPodGet")
     """*multusd*, benchmark-only: read every request's pod with a live GET, ignoring the watch
     cache (the seed's behaviour), so the cache's saving can be measured A/B."""
-    benchmark_readiness_stat: bool = json_field("benchmarkReadinessStat", False)
+    benchmark_readiness_stat: bool = Field(default=False, validation_alias="benchmarkReadinessStat")
     """*multusd*, benchmark-only: instead of watching ``readinessindicatorfile``, stat it on
     every ADD and CHECK, polling each second for up to 45 s (the seed's behaviour)."""
 
-    extra: dict[str, Any] = json_field("", factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
     """Keys no field claims, as they were (they still take part in the override)."""
-
-    def __post_init__(self) -> None:
-        limit = self.connection_limit
-        check(
-            "connectionLimit",
-            limit is None or limit > 0,
-            lambda: f"connection limit must be greater than 0, got {limit}",
-        )
-        port = self.health_port
-        check(
-            "healthPort",
-            port is None or 0 < port < 65536,
-            lambda: f"must be a TCP port (1-65535), got {port}",
-        )
-        check("kubeClientQPS", self.kube_client_qps > 0, lambda: "must be greater than 0")
-        check("kubeClientBurst", self.kube_client_burst >= 1, lambda: "must be at least 1")
-        for item in fields(self):
-            if item.name in _SERVER_LIMITS:
-                value = getattr(self, item.name)
-                check(item.metadata["json"], value > 0, functools.partial(_not_positive, value))
 
     @property
     def socket_path(self) -> str:
@@ -217,23 +233,6 @@ class DaemonConfig(NetworkKeys):
     @property
     def is_auto(self) -> bool:
         return self.multus_config_file == "auto"
-
-
-_SERVER_LIMITS = frozenset(
-    {
-        "request_timeout",
-        "max_pending_per_container",
-        "max_pending",
-        "max_active",
-        "header_timeout",
-        "body_timeout",
-    }
-)
-"""The fields holding the server's limits, each checked to be greater than 0."""
-
-
-def _not_positive(value: float) -> str:
-    return f"must be greater than 0, got {value}"
 
 
 def decode_daemon_config(raw: dict[str, Any], source: str = "") -> DaemonConfig:

@@ -1,29 +1,29 @@
 """The Multus ``NetConf``: the per-request configuration (docs/upstream.md, "Per-request NetConf").
 
 It is decoded from the incoming CNI config *after* the server-config override, so daemon-config
-keys win over the generated ``00-multus.conf``. Decoding follows Go: keys match ignoring case,
-values are not coerced, unknown keys are ignored.
+keys win over the generated ``00-multus.conf``. Decoding follows Go (``multusd.config.schema``):
+keys match ignoring case, values are not coerced, unknown keys are ignored.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
+
+from pydantic import Field
 
 from cni_shim import results
 from cni_shim.errors import DECODING_FAILURE, INVALID_NETWORK_CONFIG, CNIError
 from multusd.config.daemon import NetworkKeys
-from multusd.config.schema import SchemaError, decode, json_field
+from multusd.config.schema import SchemaError, decode
 
 
-@dataclass(frozen=True, slots=True)
 class NetConf(NetworkKeys):
-    name: str = json_field("name", "")
-    type: str = json_field("type", "")
-    delegates: list[dict[str, Any]] = json_field("delegates", factory=list)
-    runtime_config: dict[str, Any] | None = json_field("runtimeConfig", None)
-    prev_result: dict[str, Any] | None = json_field("prevResult", None)
+    name: str = Field(default="", validation_alias="name")
+    type: str = Field(default="", validation_alias="type")
+    delegates: list[dict[str, Any]] = Field(default_factory=list, validation_alias="delegates")
+    runtime_config: dict[str, Any] | None = Field(default=None, validation_alias="runtimeConfig")
+    prev_result: dict[str, Any] | None = Field(default=None, validation_alias="prevResult")
 
 
 def load_netconf(data: bytes) -> NetConf:

@@ -241,7 +241,7 @@ def test_every_path_the_daemon_uses_is_in_the_demos_temp_dir(short_tmp: Path) ->
     assert config.extra == {}
     paths = {
         name: value
-        for name in DaemonConfig.__dataclass_fields__
+        for name in DaemonConfig.model_fields
         if isinstance(value := getattr(config, name), str) and value.startswith("/")
     }
     assert paths.pop("bin_dir") == PLUGIN_DIR  # read only: the real plugins

@@ -6,8 +6,9 @@ Pure: the config manager decides when to render and writes the file.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from typing import Any
+
+from pydantic import Field
 
 from cni_shim import gojson
 from multusd.config.daemon import LogOptions
@@ -18,15 +19,14 @@ from multusd.config.generate.primary import (
     primary_network_name,
     primary_path,
 )
-from multusd.config.schema import SchemaError, decode, json_field
+from multusd.config.schema import GoModel, SchemaError, decode
 from multusd.errors import ConfigError
 
 MULTUS_CONFIG_NAME = "00-multus.conf"
 DEFAULT_NETWORK_NAME = "multus-cni-network"
 
 
-@dataclass(frozen=True, slots=True)
-class GeneratorConfig:
+class GeneratorConfig(GoModel):
     """Upstream's ``MultusConf``: the daemon config read a second time, with its own defaults.
 
     Field order is the Go struct order, which is the key order of the generated file. Its
@@ -34,28 +34,28 @@ class GeneratorConfig:
     it is decoded from the raw daemon-config object rather than derived from ``DaemonConfig``.
     """
 
-    bin_dir: str = json_field("binDir", "")
-    capabilities: dict[str, bool] = json_field("capabilities", factory=dict)
-    cni_version: str = json_field("cniVersion", "")
-    log_file: str = json_field("logFile", "")
-    log_level: str = json_field("logLevel", "")
-    log_to_stderr: bool = json_field("logToStderr", False)
-    log_options: LogOptions | None = json_field("logOptions", None)
-    name: str = json_field("name", DEFAULT_NETWORK_NAME)
-    cluster_network: str = json_field("clusterNetwork", "")
-    namespace_isolation: bool = json_field("namespaceIsolation", False)
-    global_namespaces: str = json_field("globalNamespaces", "")
-    readiness_indicator_file: str = json_field("readinessindicatorfile", "")
-    type: str = json_field("type", "multus-shim")
-    cni_dir: str = json_field("cniDir", "")
-    cni_config_dir: str = json_field("cniConfigDir", "/etc/cni/net.d")
-    auxiliary_cni_chain_name: str = json_field("auxiliaryCNIChainName", "")
-    daemon_socket_dir: str = json_field("daemonSocketDir", "")
-    multus_config_file: str = json_field("multusConfigFile", "auto")
-    multus_master_cni: str = json_field("multusMasterCNI", "")
-    multus_autoconfig_dir: str = json_field("multusAutoconfigDir", "")
-    force_cni_version: bool = json_field("forceCNIVersion", False)
-    override_network_name: bool = json_field("overrideNetworkName", False)
+    bin_dir: str = Field(default="", validation_alias="binDir")
+    capabilities: dict[str, bool] = Field(default_factory=dict, validation_alias="capabilities")
+    cni_version: str = Field(default="", validation_alias="cniVersion")
+    log_file: str = Field(default="", validation_alias="logFile")
+    log_level: str = Field(default="", validation_alias="logLevel")
+    log_to_stderr: bool = Field(default=False, validation_alias="logToStderr")
+    log_options: LogOptions | None = Field(default=None, validation_alias="logOptions")
+    name: str = Field(default=DEFAULT_NETWORK_NAME, validation_alias="name")
+    cluster_network: str = Field(default="", validation_alias="clusterNetwork")
+    namespace_isolation: bool = Field(default=False, validation_alias="namespaceIsolation")
+    global_namespaces: str = Field(default="", validation_alias="globalNamespaces")
+    readiness_indicator_file: str = Field(default="", validation_alias="readinessindicatorfile")
+    type: str = Field(default="multus-shim", validation_alias="type")
+    cni_dir: str = Field(default="", validation_alias="cniDir")
+    cni_config_dir: str = Field(default="/etc/cni/net.d", validation_alias="cniConfigDir")
+    auxiliary_cni_chain_name: str = Field(default="", validation_alias="auxiliaryCNIChainName")
+    daemon_socket_dir: str = Field(default="", validation_alias="daemonSocketDir")
+    multus_config_file: str = Field(default="auto", validation_alias="multusConfigFile")
+    multus_master_cni: str = Field(default="", validation_alias="multusMasterCNI")
+    multus_autoconfig_dir: str = Field(default="", validation_alias="multusAutoconfigDir")
+    force_cni_version: bool = Field(default=False, validation_alias="forceCNIVersion")
+    override_network_name: bool = Field(default=False, validation_alias="overrideNetworkName")
 
 
 def generator_config(raw: Mapping[str, Any]) -> GeneratorConfig:
@@ -64,7 +64,7 @@ def generator_config(raw: Mapping[str, Any]) -> GeneratorConfig:
         conf = decode(GeneratorConfig, raw)
     except SchemaError as exc:
         raise ConfigError(f"failed to unmarshall the daemon configuration: {exc}") from exc
-    return replace(conf, name=DEFAULT_NETWORK_NAME)
+    return conf.model_copy(update={"name": DEFAULT_NETWORK_NAME})
 
 
 def check_not_recursive(conf: GeneratorConfig, name: str) -> None:
