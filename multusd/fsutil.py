@@ -1,6 +1,8 @@
 """Crash-safe file writes: a reader sees the old file or the new one, never half of either.
 
-Synchronous on purpose; async callers run it in a worker thread (``asyncio.to_thread``).
+Synchronous on purpose: async callers run a whole write in one worker-thread hop
+(``asyncio.to_thread``), where aiofiles would take one per step. Reads are
+``multusd.fileread``'s, which says why the two differ.
 """
 
 from __future__ import annotations

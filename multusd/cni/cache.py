@@ -3,7 +3,8 @@
 The files are shared with anything else that reads libcni caches (upstream Multus, runtimes'
 GC, humans with ``cat``), so the layout is byte-for-byte libcni's ``cachedInfo``: struct keys
 in field order, ``capabilityArgs`` and ``result`` as Go maps (sorted keys), ``config`` base64.
-Writes are atomic (temp file, fsync, rename) and every file operation runs in a worker thread.
+Writes are atomic (temp file, fsync, rename, in one worker-thread hop), reads go through
+``multusd.fileread``, and the decoding of what was read runs on the loop (a few KiB each).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from cni_shim.gojsonerr import loads_any
 from cni_shim.goquote import go_quote
 from cni_shim.gosyscall import errno_text
 from multusd.cni.invoke import LibcniError
+from multusd.fileread import read_bytes
 from multusd.fsutil import atomic_write, remove_if_exists
 
 KIND = "cniCacheV1"
@@ -179,10 +182,10 @@ async def write_entry(cache_dir: str, entry: CacheEntry) -> str:
     return path
 
 
-def _read_optional(path: str) -> bytes | None:
+async def _read_optional(path: str) -> bytes | None:
+    """The file, or ``None`` when it cannot be read: libcni ignores read errors here."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        return await read_bytes(path)
     except OSError:
         return None
 
@@ -191,8 +194,7 @@ async def read_entry_bytes(
     cache_dir: str, network_name: str, container_id: str, ifname: str
 ) -> bytes | None:
     """The raw cache file, or ``None`` when it cannot be read (libcni ignores read errors)."""
-    path = entry_path(cache_dir, network_name, container_id, ifname)
-    return await asyncio.to_thread(_read_optional, path)
+    return await _read_optional(entry_path(cache_dir, network_name, container_id, ifname))
 
 
 async def delete_entry(cache_dir: str, network_name: str, container_id: str, ifname: str) -> None:
@@ -205,65 +207,74 @@ async def delete_entry(cache_dir: str, network_name: str, container_id: str, ifn
         await asyncio.to_thread(remove_if_exists, path)
 
 
-def _list_sync(cache_dir: str, container_id: str) -> list[CacheEntry]:
-    directory = Path(results_dir(cache_dir))
+async def _cache_files(cache_dir: str) -> list[str]:
+    """The results directory's entries, sorted by name (the listing is one worker-thread hop).
+
+    ``OSError`` as the listing raises it: whether a missing directory is an error is the
+    caller's to say.
+    """
+    names = await asyncio.to_thread(os.listdir, results_dir(cache_dir))
+    return sorted(names)
+
+
+def _entry_of(data: bytes, container_id: str) -> CacheEntry | None:
+    """A listed file's entry, ``None`` when libcni's ``GetCachedAttachments`` skips it."""
     try:
-        names = sorted(p.name for p in directory.iterdir())
-    except FileNotFoundError:
-        return []
-    entries: list[CacheEntry] = []
+        entry = decode_entry(data)
+    except ValueError:
+        return None
+    if entry.kind != KIND or (container_id and entry.container_id != container_id):
+        return None
+    if not entry.ifname or not entry.network_name:
+        return None
+    return entry
+
+
+def _names_container(name: str, container_id: str) -> bool:
+    """Whether a file name can be ``<network>-<containerID>-<ifname>`` for ``container_id``."""
     part = f"-{container_id}-"
-    for name in names:
-        if container_id:
-            pos = name.find(part)
-            if pos <= 0 or pos + len(part) >= len(name):
-                continue
-        data = _read_optional(str(directory / name))
-        if data is None:
-            continue
-        try:
-            entry = decode_entry(data)
-        except ValueError:
-            continue
-        if entry.kind != KIND or (container_id and entry.container_id != container_id):
-            continue
-        if not entry.ifname or not entry.network_name:
-            continue
-        entries.append(entry)
-    return entries
+    pos = name.find(part)
+    return pos > 0 and pos + len(part) < len(name)
 
 
 async def list_entries(cache_dir: str, container_id: str = "") -> list[CacheEntry]:
     """Every valid ``cniCacheV1`` entry, by file name (libcni ``GetCachedAttachments``).
 
     ``container_id`` narrows the list to one container. A missing directory is an empty list.
+    The files are read one after the other: this is GC's, and a burst of reads would queue
+    ahead of the ADDs' and DELs' in the worker threads.
     """
     try:
-        return await asyncio.to_thread(_list_sync, cache_dir, container_id)
+        names = await _cache_files(cache_dir)
+    except FileNotFoundError:
+        return []
     except OSError as exc:
         text = f"open {results_dir(cache_dir)}: {errno_text(exc.errno)}"
         raise LibcniError(errors.IO_FAILURE, text) from exc
+    entries: list[CacheEntry] = []
+    directory = results_dir(cache_dir)
+    for name in names:
+        if container_id and not _names_container(name, container_id):
+            continue
+        data = await _read_optional(os.path.join(directory, name))
+        entry = None if data is None else _entry_of(data, container_id)
+        if entry is not None:
+            entries.append(entry)
+    return entries
 
 
-def _gather_sync(cache_dir: str) -> list[tuple[str, str]]:
-    directory = Path(results_dir(cache_dir))
-    out: list[tuple[str, str]] = []
-    for name in sorted(p.name for p in directory.iterdir()):
-        data = _read_optional(str(directory / name))
-        if data is None:
-            continue
-        try:
-            obj = loads_any(data)
-            if not isinstance(obj, dict):
-                continue
-            container_id = gojsonerr.string_field(obj, "containerId", "simpleCacheV1")
-            ifname = gojsonerr.string_field(obj, "ifName", "simpleCacheV1")
-            gojsonerr.string_field(obj, "kind", "simpleCacheV1")
-        except ValueError:
-            continue
-        if container_id and ifname:
-            out.append((container_id, ifname))
-    return out
+def _attachment_of(data: bytes) -> tuple[str, str] | None:
+    """``(containerID, ifname)`` of a decodable ``simpleCacheV1``, else ``None``."""
+    try:
+        obj = loads_any(data)
+        if not isinstance(obj, dict):
+            return None
+        container_id = gojsonerr.string_field(obj, "containerId", "simpleCacheV1")
+        ifname = gojsonerr.string_field(obj, "ifName", "simpleCacheV1")
+        gojsonerr.string_field(obj, "kind", "simpleCacheV1")
+    except ValueError:
+        return None
+    return (container_id, ifname) if container_id and ifname else None
 
 
 async def gather_valid_attachments(cache_dir: str) -> list[tuple[str, str]]:
@@ -274,7 +285,15 @@ async def gather_valid_attachments(cache_dir: str) -> list[tuple[str, str]]:
     directory is an error (``open <dir>: no such file or directory``), both as upstream.
     """
     try:
-        return await asyncio.to_thread(_gather_sync, cache_dir)
+        names = await _cache_files(cache_dir)
     except OSError as exc:
         text = f"open {results_dir(cache_dir)}: {errno_text(exc.errno)}"
         raise LibcniError(errors.IO_FAILURE, text) from exc
+    out: list[tuple[str, str]] = []
+    directory = results_dir(cache_dir)
+    for name in names:
+        data = await _read_optional(os.path.join(directory, name))
+        attachment = None if data is None else _attachment_of(data)
+        if attachment is not None:
+            out.append(attachment)
+    return out

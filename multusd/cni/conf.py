@@ -22,6 +22,7 @@ from cni_shim.gojsonerr import type_name as json_type_name
 from cni_shim.goquote import go_quote
 from cni_shim.gosyscall import errno_text
 from multusd.cni.invoke import LibcniError, prefixed
+from multusd.fileread import read_bytes
 
 #: The spec version this engine implements (libcni ``version.Current()``).
 CURRENT_VERSION = "1.1.0"
@@ -331,29 +332,33 @@ def _os_error_text(op: str, path: str, exc: OSError) -> str:
     return f"{op} {path}: {errno_text(exc.errno)}"
 
 
-def _read(path: str) -> bytes:
+async def _read(path: str) -> bytes:
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        return await read_bytes(path)
     except OSError as exc:
         text = _os_error_text("open", path, exc)
         raise LibcniError(errors.IO_FAILURE, f"error reading {path}: {text}") from exc
 
 
-def _conf_from_file_sync(path: str) -> NetworkConfig:
-    return conf_from_bytes(_read(path))
+async def conf_from_file(path: str) -> NetworkConfig:
+    """Load a ``.conf``/``.json`` plugin config (libcni ``ConfFromFile``)."""
+    return conf_from_bytes(await _read(path))
 
 
-def _conflist_from_file_sync(path: str) -> NetworkConfigList:
-    conflist = conflist_from_bytes(_read(path))
+async def conflist_from_file(path: str) -> NetworkConfigList:
+    """Load a ``.conflist`` (libcni ``ConfListFromFile``).
+
+    Unless ``loadOnlyInlinedPlugins`` is set, ``<dir>/<name>/*.conf`` are appended as plugins.
+    """
+    conflist = conflist_from_bytes(await _read(path))
     plugins = list(conflist.plugins)
     if not conflist.load_only_inlined_plugins:
         plugin_dir = str(Path(path).parent / conflist.name)
         try:
-            files = conf_files(plugin_dir, (".conf",))
+            files = await asyncio.to_thread(conf_files, plugin_dir, (".conf",))
         except errors.CNIError as exc:
             raise prefixed(exc, f"failed to read plugin config files in {plugin_dir}: ") from exc
-        plugins.extend(_conf_from_file_sync(f) for f in files)
+        plugins.extend([await conf_from_file(f) for f in files])
     if not plugins:
         raise _invalid("no plugin configs found")
     return NetworkConfigList(
@@ -365,19 +370,6 @@ def _conflist_from_file_sync(path: str) -> NetworkConfigList:
         load_only_inlined_plugins=conflist.load_only_inlined_plugins,
         raw=conflist.raw,
     )
-
-
-async def conf_from_file(path: str) -> NetworkConfig:
-    """Load a ``.conf``/``.json`` plugin config (libcni ``ConfFromFile``), read in a thread."""
-    return await asyncio.to_thread(_conf_from_file_sync, path)
-
-
-async def conflist_from_file(path: str) -> NetworkConfigList:
-    """Load a ``.conflist`` (libcni ``ConfListFromFile``), read in a thread.
-
-    Unless ``loadOnlyInlinedPlugins`` is set, ``<dir>/<name>/*.conf`` are appended as plugins.
-    """
-    return await asyncio.to_thread(_conflist_from_file_sync, path)
 
 
 async def network_from_file(path: str) -> NetworkConfigList:

@@ -20,6 +20,7 @@ from typing import Any
 from cni_shim import gojson
 from cni_shim.errors import IO_FAILURE, CNIError
 from cni_shim.skel import validate_container_id
+from multusd.fileread import read_bytes_if_exists
 from multusd.fsutil import atomic_write, remove_if_exists
 from multusd.networks.delegates import Delegate, delegate_from_bytes
 
@@ -145,11 +146,11 @@ async def load(cni_dir: str, container_id: str) -> list[Delegate] | None:
     """The cached delegates, ``None`` when there is no cache file."""
     path = cache_path(cni_dir, container_id)
     try:
-        data = await asyncio.to_thread(path.read_bytes)
-    except FileNotFoundError:
-        return None
+        data = await read_bytes_if_exists(path)
     except OSError as exc:
         raise CNIError(IO_FAILURE, f"failed to read the delegate cache {path}: {exc}") from exc
+    if data is None:
+        return None
     try:
         entries = json.loads(data)
         if not isinstance(entries, list):

@@ -57,6 +57,7 @@ from multusd.config.generate import (
 from multusd.config.primary_choice import PrimaryChoice
 from multusd.config.restart_note import write_restart_note
 from multusd.errors import EXIT_READINESS_LOST, EXIT_SERVER, StartupError
+from multusd.fileread import read_bytes
 from multusd.fsutil import atomic_write, remove_if_exists
 
 log = logging.getLogger(__name__)
@@ -190,9 +191,7 @@ class ConfigManager:
         try:
             await self._primary.settle()
             try:
-                primary = await asyncio.to_thread(
-                    read_primary, self.primary_path, self._conf.cni_version
-                )
+                primary = await read_primary(self.primary_path, self._conf.cni_version)
             except PrimaryConfigError as exc:
                 raise PrimaryConfigError(
                     "failed to load the primary CNI configuration as a multus delegate "
@@ -216,7 +215,7 @@ class ConfigManager:
                 EXIT_SERVER,
             )
         try:
-            await asyncio.to_thread(self._persist, data, True)
+            await self._persist(data, force=True)
         except OSError as exc:
             raise StartupError(
                 f"failed to persist the multus configuration: {exc}", EXIT_SERVER
@@ -254,7 +253,7 @@ class ConfigManager:
             self._pending = True
             return
         try:
-            wrote = await asyncio.to_thread(self._persist, data, False)
+            wrote = await self._persist(data, force=False)
         except OSError as exc:
             self._report(f"failed to persist the multus configuration: {exc}")
             self._pending = True
@@ -265,9 +264,7 @@ class ConfigManager:
     async def _generate(self) -> bytes | None:
         """The new file's bytes, or ``None`` (logged) when the primary is not usable right now."""
         try:
-            primary = await asyncio.to_thread(
-                read_primary, self.primary_path, self._conf.cni_version
-            )
+            primary = await read_primary(self.primary_path, self._conf.cni_version)
             data = render(self._conf, primary)
         except PrimaryConfigError as exc:
             self._report(f"keeping the last good {self.output_path}: {exc}")
@@ -281,13 +278,14 @@ class ConfigManager:
             log.error("%s", message)
             self._last_error = message
 
-    def _persist(self, data: bytes, force: bool) -> bool:
-        """Write ``data`` unless the file already holds exactly that (blocking)."""
+    async def _persist(self, data: bytes, *, force: bool) -> bool:
+        """Write ``data`` unless the file already holds exactly that (an unreadable file is
+        rewritten); ``OSError`` if the write fails."""
         if not force:
             try:
-                if self.output_path.read_bytes() == data:
+                if await read_bytes(self.output_path) == data:
                     return False
             except OSError:
                 pass
-        atomic_write(self.output_path, data, mode=0o644, dir_mode=0o755)
+        await asyncio.to_thread(atomic_write, self.output_path, data, mode=0o644, dir_mode=0o755)
         return True

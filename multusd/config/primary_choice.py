@@ -20,7 +20,6 @@ import errno
 import logging
 import os
 import time
-from pathlib import Path
 
 from watchfiles import Change
 
@@ -36,6 +35,7 @@ from multusd.config.generate import (
     scan_for_primary,
 )
 from multusd.errors import EXIT_READINESS_LOST, StartupError
+from multusd.fileread import read_bytes
 from multusd.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class PrimaryChoice:
         check_not_recursive(self._conf, name)
         self.name = name
         if self._conf.force_cni_version:
-            await asyncio.to_thread(self._force_version, self.path)
+            await self._force_version(self.path)
 
     async def _find_primary(self) -> str:
         """The primary's file name: upstream's budget of listings, 1 s apart, then exit 2.
@@ -121,19 +121,15 @@ class PrimaryChoice:
             EXIT_READINESS_LOST,
         )
 
-    def _force_version(self, path: str) -> None:
+    async def _force_version(self, path: str) -> None:
         """``forceCNIVersion``: rewrite the primary with our version (atomic, mode kept)."""
-        absolute = os.path.abspath(path)
+        absolute = os.path.abspath(path)  # noqa: ASYNC240 (a getcwd at most, no disk I/O)
         try:
-            data = Path(absolute).read_bytes()
-            mode = os.stat(absolute).st_mode & 0o7777
+            data = await read_bytes(absolute)
         except OSError as exc:
             raise PrimaryConfigError(f"failed to read cni config {absolute}: {exc}") from exc
         rewritten = force_cni_version(path, data, self._conf.cni_version)
-        try:
-            atomic_write(absolute, rewritten, mode=mode)
-        except OSError as exc:
-            raise PrimaryConfigError(f"couldn't update cluster network config: {exc}") from exc
+        await asyncio.to_thread(_replace_keeping_mode, absolute, rewritten)
 
     def relevant(self, _change: Change, path: str) -> bool:
         """The watch's filter: the primary itself, and (while following, or before there is
@@ -177,6 +173,19 @@ class PrimaryChoice:
         self._gone_since = None
         if self._conf.force_cni_version:
             try:
-                await asyncio.to_thread(self._force_version, self.path)
+                await self._force_version(self.path)
             except PrimaryConfigError as exc:
                 log.error("%s", exc)
+
+
+def _replace_keeping_mode(absolute: str, data: bytes) -> None:
+    """Replace ``absolute`` atomically with ``data``, keeping its mode (blocking: the ``stat``
+    and the write are one worker-thread hop)."""
+    try:
+        mode = os.stat(absolute).st_mode & 0o7777
+    except OSError as exc:
+        raise PrimaryConfigError(f"failed to read cni config {absolute}: {exc}") from exc
+    try:
+        atomic_write(absolute, data, mode=mode)
+    except OSError as exc:
+        raise PrimaryConfigError(f"couldn't update cluster network config: {exc}") from exc

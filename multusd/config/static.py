@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from pathlib import Path
 
 from multusd.config.daemon import DaemonConfig
+from multusd.fileread import read_bytes
 from multusd.fsutil import atomic_write
 
 log = logging.getLogger(__name__)
@@ -24,16 +24,11 @@ async def install_static_config(config: DaemonConfig) -> None:
     Failures are logged, not fatal, as upstream (whose copy is not atomic and silent).
     """
     source = config.multus_config_file
+    target = f"{config.cni_config_dir}/{os.path.basename(source.rstrip('/'))}"
     try:
-        target = await asyncio.to_thread(_copy_atomically, source, config.cni_config_dir)
+        data = await read_bytes(os.path.abspath(source))  # noqa: ASYNC240 (getcwd, no disk I/O)
+        await asyncio.to_thread(atomic_write, target, data, mode=0o644, dir_mode=0o755)
     except OSError as exc:
         log.error("failed to copy the user provided configuration %s: %s", source, exc)
         return
     log.info("installed %s as %s", source, target)
-
-
-def _copy_atomically(source: str, target_dir: str) -> str:
-    target = f"{target_dir}/{os.path.basename(source.rstrip('/'))}"
-    data = Path(os.path.abspath(source)).read_bytes()
-    atomic_write(target, data, mode=0o644, dir_mode=0o755)
-    return target

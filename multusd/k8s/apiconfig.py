@@ -11,7 +11,8 @@ What we add is the bearer token's life. Bound service-account tokens rotate (hou
 once when a secret is replaced): :class:`TokenFile` re-reads the token file at most once a
 minute when a request goes out (the library's own in-cluster period), and at once when the
 server answers 401 (client-go's rule: the request is then sent again with the new token, so a
-rotation fails no request but those already in flight). The read goes through aiofiles.
+rotation fails no request but those already in flight). The read goes through aiofiles
+(``multusd.fileread``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiofiles
 import yaml
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import ConfigException, load_kube_config
@@ -32,6 +32,7 @@ from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigMerger
 
 from multusd.errors import EXIT_SERVER, StartupError
+from multusd.fileread import read_bytes
 
 __all__ = ["INCLUSTER_DIR", "ApiConfig", "TokenFile", "load_api_config"]
 
@@ -64,8 +65,7 @@ class TokenFile:
         """Read the file now; whether it held a new token."""
         self._next_check = time.monotonic() + TOKEN_RECHECK  # before awaiting: one reader
         try:
-            async with aiofiles.open(self.path, encoding="utf-8", errors="replace") as fh:
-                value = (await fh.read()).strip()
+            value = (await read_bytes(self.path)).decode("utf-8", "replace").strip()
         except OSError as exc:
             log.warning("cannot re-read the API token from %s: %s", self.path, exc)
             return False

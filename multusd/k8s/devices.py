@@ -103,7 +103,7 @@ async def device_map_for_pod(
         decoding = asyncio.to_thread(podresources.pod_devices, reply, client_repr, namespace, name)
         return DeviceMap(await _resource_client(decoding))
 
-    entries = await _resource_client(asyncio.to_thread(checkpoint.read_checkpoint, checkpoint_path))
+    entries = await _resource_client(checkpoint.read_checkpoint(checkpoint_path))
     if entries is None:
         log.debug("no kubelet socket %s and no checkpoint %s", socket_path, checkpoint_path)
         return DeviceMap()

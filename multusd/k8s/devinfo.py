@@ -5,7 +5,8 @@ A device plugin may describe the device it allocated in
 ``<base>/cni/<delegate>-<containerID>_<ifname>`` (the path the delegate gets as
 ``CNIDeviceInfoFile``), reads the delegate's file back into the ``device-info`` of
 network-status, and removes it on DEL. This module is those four steps; the JSON is decoded as
-Go decodes it into ``v1.DeviceInfo`` (``multusd.k8s.gostruct``).
+Go decodes it into ``v1.DeviceInfo`` (``multusd.k8s.gostruct``), on the loop (a few hundred
+bytes), after ``multusd.fileread`` has read it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cni_shim import gojson
+from multusd.fileread import read_bytes
 from multusd.fsutil import atomic_write
 from multusd.k8s.gostruct import GoObject, go_json, json_kind
 
@@ -83,16 +85,22 @@ async def copy_device_plugin_info(
     """
     source = _device_plugin_file_path(resource_name, device_id, base)
     target = device_info_file_path(delegate_name, container_id, ifname, base=base)
-    return await asyncio.to_thread(_copy_device_info, source, target)
-
-
-def _copy_device_info(source: str, target: str) -> str | None:
     try:
-        info = _load_device_info(source)
-        data = gojson.dumps(info).encode()
-        atomic_write(target, data, mode=0o444, dir_mode=0o755, sync_dir=False, replace=False)
+        data = gojson.dumps(_decode_device_info(await read_bytes(source))).encode()
     except (OSError, ValueError) as exc:
         log.debug("device-info copy %s -> %s skipped: %s", source, target, exc)
+        data = None
+    return await asyncio.to_thread(_publish, source, target, data)
+
+
+def _publish(source: str, target: str, data: bytes | None) -> str | None:
+    """Create ``target`` read-only if it is absent (a failure only logged); return it if it
+    exists afterwards."""
+    if data is not None:
+        try:
+            atomic_write(target, data, mode=0o444, dir_mode=0o755, sync_dir=False, replace=False)
+        except OSError as exc:
+            log.debug("device-info copy %s -> %s skipped: %s", source, target, exc)
     return target if os.path.exists(target) else None
 
 
@@ -100,7 +108,7 @@ async def load_device_info(path: str) -> dict[str, Any] | None:
     """A ``CNIDeviceInfoFile`` as a ``device-info`` value for network-status; ``None`` if absent
     or unreadable (the plugin, not only the device plugin, may have written it)."""
     try:
-        return await asyncio.to_thread(_load_device_info, path)
+        return _decode_device_info(await read_bytes(path))
     except (OSError, ValueError) as exc:
         log.debug("no device info in %s: %s", path, exc)
         return None
@@ -116,10 +124,8 @@ async def remove_device_info(path: str) -> None:
         log.debug("could not remove device info %s: %s", path, exc)
 
 
-def _load_device_info(path: str) -> dict[str, Any]:
+def _decode_device_info(raw: bytes) -> dict[str, Any]:
     """Decode as Go decodes into ``v1.DeviceInfo``; ``ValueError`` where Go would fail."""
-    with open(path, "rb") as handle:
-        raw = handle.read()
     doc = go_json(raw)
     if doc is None:
         return {}

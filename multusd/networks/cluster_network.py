@@ -9,7 +9,6 @@ that cannot be resolved fails with upstream's fixed text, the reason in the deta
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ def inline_delegates(netconf: NetConf) -> list[Delegate]:
 async def cluster_network(netconf: NetConf) -> Delegate:
     """Resolve ``clusterNetwork``; upstream replaces the reason with a fixed text (kept)."""
     try:
-        found = await asyncio.to_thread(resolve_on_disk, netconf.cluster_network, netconf.conf_dir)
+        found = await resolve_on_disk(netconf.cluster_network, netconf.conf_dir)
     except CNIError as exc:
         raise cluster_network_error(netconf, exc) from exc
     return found.as_master()
@@ -52,13 +51,13 @@ async def named_network(per_pod: PerPod, name: str, netconf: NetConf) -> Delegat
     """Upstream ``getNetDelegate``: a cluster/default network given by name or path
     (docs/upstream.md, "Cluster and default networks")."""
     if "/" in name:
-        return await asyncio.to_thread(resolve_on_disk, name, netconf.conf_dir)
+        return await resolve_on_disk(name, netconf.conf_dir)
     element = SelectionElement(name=name, namespace=netconf.multus_namespace)
     try:
         return await nad_delegate(per_pod, element, netconf)
     except CNIError:
         pass  # upstream falls back to a CNI config of that name in confDir
-    found = await asyncio.to_thread(find_by_name, Path(netconf.conf_dir), name)
+    found = await find_by_name(Path(netconf.conf_dir), name)
     if found is None:
         raise invalid_config(f"getNetDelegate: cannot find network: {name}")
     return found

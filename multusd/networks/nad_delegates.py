@@ -9,7 +9,6 @@ are applied. A missing NAD is a ``NoNetworkFound`` event and an error.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -29,7 +28,7 @@ from multusd.networks.delegates import (
     with_device,
 )
 from multusd.networks.netconf import NetConf
-from multusd.networks.ondisk import find_by_name
+from multusd.networks.ondisk import config_files, find_in
 from multusd.networks.selection import SelectionElement
 
 RESOURCE_NAME_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
@@ -65,17 +64,17 @@ class PerPod:
         return self._devices.next_device(resource_name)
 
 
-def _config_from_file(conf_dir: str, nad_name: str) -> bytes:
+async def _config_from_file(conf_dir: str, nad_name: str) -> bytes:
     """A NAD without ``spec.config``: the CNI config named like the NAD, from ``confDir``."""
     prefix = "GetCNIConfig: err in GetCNIConfigFromFile: "
-    directory = Path(conf_dir)
     try:
-        if not any(p.suffix in (".conf", ".json", ".conflist") for p in directory.iterdir()):
-            raise FileNotFoundError(conf_dir)
+        files = await config_files(Path(conf_dir))
     except (FileNotFoundError, NotADirectoryError):
-        raise invalid_config(f"{prefix}No networks found in {conf_dir}") from None
+        files = []
+    if not files:
+        raise invalid_config(f"{prefix}No networks found in {conf_dir}")
     try:
-        found = find_by_name(directory, nad_name)
+        found = await find_in(files, nad_name)
     except CNIError as exc:
         raise exc.with_prefix(prefix) from exc
     if found is None:
@@ -159,5 +158,5 @@ async def nad_delegate(
     if (nad.get("spec") or {}).get("config"):
         raw = _config_from_spec(nad, element.name)
     else:
-        raw = await asyncio.to_thread(_config_from_file, netconf.conf_dir, element.name)
+        raw = await _config_from_file(netconf.conf_dir, element.name)
     return apply_selection(delegate_from_bytes(raw), element, device_id, resource_name)

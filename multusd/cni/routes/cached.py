@@ -2,8 +2,9 @@
 
 The cache file (``<cacheDir>/results/<network>-<containerID>-<ifname>``) is read, its routes
 edited as upstream's ``pkg/netutils`` edits them (``DeleteDefaultGWCache``, then
-``AddDefaultGWCache``), and written back as a Go map (sorted keys), atomically, in a worker
-thread. Decisions on upstream quirks (docs/compatibility.md, "The upstream quirks, one by one"):
+``AddDefaultGWCache``), and written back as a Go map (sorted keys), atomically: read through
+``multusd.fileread``, edited on the loop, written in one worker-thread hop. Decisions on
+upstream quirks (docs/compatibility.md, "The upstream quirks, one by one"):
 
 * Quirk 15 (``::0/0`` vs ``::/0``): upstream removes only cached routes spelled exactly
   ``0.0.0.0/0`` / ``::0/0``, but libcni writes the IPv6 default as ``::/0``, so upstream never
@@ -28,6 +29,7 @@ from cni_shim.gosyscall import errno_text
 from cni_shim.versions import parse_version
 from multusd.cni import cache
 from multusd.cni.routes.plan import RouteActions
+from multusd.fileread import read_bytes
 from multusd.fsutil import atomic_write
 
 DELETE_CACHE_PREFIX = "error deleting default gateway in cache: "
@@ -152,10 +154,9 @@ def _add_in_result(result: dict[str, Any], gateways: tuple[str, ...]) -> None:
         result["routes"] = routes
 
 
-def _read_cache(path: str) -> dict[str, Any]:
+async def _read_cache(path: str) -> dict[str, Any]:
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = await read_bytes(path)
     except OSError as exc:
         raise _CacheFailure(IO_FAILURE, f"open {path}: {errno_text(exc.errno)}") from exc
     try:
@@ -176,18 +177,18 @@ def _read_cache(path: str) -> dict[str, Any]:
     return info
 
 
-def _write_cache(path: str, info: dict[str, Any]) -> None:
+async def _write_cache(path: str, info: dict[str, Any]) -> None:
     # Re-marshalled as a Go map: sorted keys at every level.
     data = gojson.dumps(info, sort_keys=True).encode()
     try:
-        atomic_write(path, data, sync_dir=False)
+        await asyncio.to_thread(atomic_write, path, data, sync_dir=False)
     except OSError as exc:
         raise _CacheFailure(IO_FAILURE, f"open {path}: {errno_text(exc.errno)}") from exc
 
 
-def _rewrite(path: str, actions: RouteActions) -> None:
+async def _rewrite(path: str, actions: RouteActions) -> None:
     """Upstream's two read-modify-write passes (delete, then add), fused into one write."""
-    info = _read_cache(path)
+    info = await _read_cache(path)
     deleting = actions.delete_v4 or actions.delete_v6
     try:
         if deleting:
@@ -199,9 +200,9 @@ def _rewrite(path: str, actions: RouteActions) -> None:
             _add_in_result(info["result"], actions.add)
     except _CacheFailure as failure:
         if deleting:  # upstream had already written the deletion
-            _write_cache(path, info)
+            await _write_cache(path, info)
         raise _CacheFailure(failure.code, SET_CACHE_PREFIX + failure.text) from failure
-    _write_cache(path, info)
+    await _write_cache(path, info)
 
 
 async def rewrite_cached_routes(
@@ -219,7 +220,7 @@ async def rewrite_cached_routes(
     path = cache.entry_path(cache_dir, network_name, container_id, ifname)
     deleting = actions.delete_v4 or actions.delete_v6
     try:
-        await asyncio.to_thread(_rewrite, path, actions)
+        await _rewrite(path, actions)
     except _CacheFailure as failure:
         text = failure.text
         if not text.startswith((DELETE_CACHE_PREFIX, SET_CACHE_PREFIX)):

@@ -19,9 +19,10 @@ stays until a restart), and a primary that cannot be decoded is an error, never 
 One module per seam; callers import from this package:
 
 * :mod:`.primary`: which file is the primary, reading it, and what it must hold. Its two
-  readers, :func:`scan_for_primary` (a directory listing) and :func:`read_primary` (a file
-  read), block: the config manager runs them in a worker thread, and owns the timing and the
-  writes. Everything else in the package is pure.
+  readers are :func:`scan_for_primary` (a directory listing, blocking: the config manager runs
+  it in a worker thread) and :func:`read_primary` (a coroutine, reading through
+  ``multusd.fileread``); the config manager owns the timing and the writes. Everything else in
+  the package is pure.
 * :mod:`.output`: the generator's view of the daemon config and the bytes of the file.
 * :mod:`.semver`: blang/semver's version parsing, for the version checks.
 """

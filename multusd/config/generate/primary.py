@@ -2,9 +2,10 @@
 
 Upstream's ``findMasterPlugin``/``getPrimaryCNIPluginName``, ``loadPrimaryCNIConfigFromFile``,
 ``CheckVersionCompatibility``, ``setCapabilities``, ``overrideNetworkName`` and
-``overrideCNIVersion``, with their error texts. Two functions block: :func:`scan_for_primary`
-lists a directory and :func:`read_primary` reads a file (the config manager runs them in a
-worker thread); the rest is pure, over names and bytes.
+``overrideCNIVersion``, with their error texts. Two functions do I/O: :func:`scan_for_primary`
+lists a directory (blocking: the caller runs it in a worker thread) and :func:`read_primary`
+reads a file (a coroutine, through ``multusd.fileread``; the config, a few KiB, is decoded on
+the loop); the rest is pure, over names and bytes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cni_shim.gonum import float64_value
 from cni_shim.goquote import go_quote
 from cni_shim.gosyscall import errno_text
 from multusd.config.generate import semver
+from multusd.fileread import read_bytes
 
 _SKIP_PREFIX = "00-multus"
 _EXTENSIONS = (".conf", ".conflist")
@@ -96,11 +98,10 @@ class Primary:
     data: dict[str, Any] = field(repr=False)
 
 
-def read_primary(path: str, multus_version: str) -> Primary:
-    """Read and check the primary (blocking): upstream's ``loadPrimaryCNIConfigFromFile``."""
+async def read_primary(path: str, multus_version: str) -> Primary:
+    """Read and check the primary: upstream's ``loadPrimaryCNIConfigFromFile``."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = await read_bytes(path)
     except OSError as exc:
         op = "read" if exc.errno == errno_mod.EISDIR else "open"
         raise PrimaryConfigError(

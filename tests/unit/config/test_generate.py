@@ -358,10 +358,10 @@ def test_recursion_guard() -> None:
 # Loading the primary
 
 
-def test_read_errors_use_upstream_text(tmp_path: Path) -> None:
+async def test_read_errors_use_upstream_text(tmp_path: Path) -> None:
     missing = str(tmp_path / "10.conf")
     with pytest.raises(PrimaryConfigError) as info:
-        read_primary(missing, "0.4.0")
+        await read_primary(missing, "0.4.0")
     assert str(info.value) == (
         f"failed to access the primary CNI configuration from {missing}: failed to read the "
         f"cluster primary CNI config {missing}: open {missing}: no such file or directory"
@@ -369,7 +369,7 @@ def test_read_errors_use_upstream_text(tmp_path: Path) -> None:
     directory = tmp_path / "dir.conf"
     directory.mkdir()
     with pytest.raises(PrimaryConfigError, match=r": read .*/dir.conf: is a directory$"):
-        read_primary(str(directory), "0.4.0")
+        await read_primary(str(directory), "0.4.0")
 
 
 @pytest.mark.parametrize(
@@ -476,10 +476,10 @@ def test_force_cni_version_errors() -> None:
     )
 
 
-def test_read_primary_roundtrip(tmp_path: Path) -> None:
+async def test_read_primary_roundtrip(tmp_path: Path) -> None:
     path = tmp_path / "10-flannel.conflist"
     path.write_text(json.dumps(FLANNEL_CONFLIST))
-    primary = read_primary(str(path), "0.3.1")
+    primary = await read_primary(str(path), "0.3.1")
     assert primary.path == str(path)
     assert primary.data == FLANNEL_CONFLIST
     assert os.fspath(path) in repr(primary)

@@ -46,6 +46,13 @@ def invalid(call: Any, *args: Any) -> str:
     return info.value.msg
 
 
+async def invalid_async(call: Any, *args: Any) -> str:
+    with pytest.raises(CNIError) as info:
+        await call(*args)
+    assert info.value.code == INVALID_NETWORK_CONFIG
+    return info.value.msg
+
+
 # --- delegate_from_bytes --------------------------------------------------------------------
 
 
@@ -104,7 +111,7 @@ def test_not_an_object(data: bytes) -> None:
 # --- load_conflist_file ---------------------------------------------------------------------
 
 
-def test_conflist_file_rebuilt_losslessly(tmp_path: Path) -> None:
+async def test_conflist_file_rebuilt_losslessly(tmp_path: Path) -> None:
     source = {
         "plugins": [
             {"type": "calico", "kubernetes": {"kubeconfig": "/k"}, "ipam": {"type": "calico-ipam"}},
@@ -115,7 +122,7 @@ def test_conflist_file_rebuilt_losslessly(tmp_path: Path) -> None:
         "zzz": 1,
     }
     path = write(tmp_path / "10-calico.conflist", source)
-    delegate = load_conflist_file(path)
+    delegate = await load_conflist_file(path)
     expected = {
         "cniVersion": "0.3.1",
         "name": "k8s-pod-network",
@@ -131,12 +138,12 @@ def test_conflist_file_rebuilt_losslessly(tmp_path: Path) -> None:
     assert delegate.is_conflist
 
 
-def test_conflist_file_subdirectory_plugins(tmp_path: Path) -> None:
+async def test_conflist_file_subdirectory_plugins(tmp_path: Path) -> None:
     path = write(tmp_path / "net.conflist", {"name": "chain", "plugins": [{"type": "bridge"}]})
     write(tmp_path / "chain" / "20-b.conf", {"type": "tuning"})
     write(tmp_path / "chain" / "10-a.conf", {"type": "portmap"})
     write(tmp_path / "chain" / "05-ignored.json", {"type": "ignored"})
-    delegate = load_conflist_file(path)
+    delegate = await load_conflist_file(path)
     assert [p["type"] for p in delegate.plugins] == ["bridge", "portmap", "tuning"]
     assert [p["type"] for p in json.loads(delegate.raw)["plugins"]] == [
         "bridge",
@@ -145,28 +152,28 @@ def test_conflist_file_subdirectory_plugins(tmp_path: Path) -> None:
     ]
 
 
-def test_conflist_file_only_subdirectory_plugins(tmp_path: Path) -> None:
+async def test_conflist_file_only_subdirectory_plugins(tmp_path: Path) -> None:
     path = write(tmp_path / "net.conflist", {"name": "chain"})
     write(tmp_path / "chain" / "a.conf", {"type": "bridge"})
-    assert [p["type"] for p in load_conflist_file(path).plugins] == ["bridge"]
+    assert [p["type"] for p in (await load_conflist_file(path)).plugins] == ["bridge"]
 
 
-def test_conflist_file_errors(tmp_path: Path) -> None:
+async def test_conflist_file_errors(tmp_path: Path) -> None:
     empty = write(tmp_path / "empty.conflist", {"name": "none"})
-    assert invalid(load_conflist_file, empty) == (
+    assert await invalid_async(load_conflist_file, empty) == (
         f"error loading CNI conflist file {empty}: no plugin configs found"
     )
     untyped = write(tmp_path / "untyped.conflist", {"name": "u", "plugins": [{"x": 1}]})
-    assert invalid(load_conflist_file, untyped) == (
+    assert await invalid_async(load_conflist_file, untyped) == (
         f"error loading CNI conflist file {untyped}: a plugin delegate must have the 'type' field"
     )
     directory = tmp_path / "dir.conflist"
     directory.mkdir()
-    assert invalid(load_conflist_file, directory) == (
+    assert await invalid_async(load_conflist_file, directory) == (
         f"error loading CNI conflist file {directory}: CNI configuration path is not a regular file"
     )
     broken = write(tmp_path / "broken.conflist", b"{")
-    assert invalid(load_conflist_file, broken).startswith(
+    assert (await invalid_async(load_conflist_file, broken)).startswith(
         f"error loading CNI conflist file {broken}"
     )
 
@@ -174,85 +181,88 @@ def test_conflist_file_errors(tmp_path: Path) -> None:
 # --- load_conf_file / load_path -------------------------------------------------------------
 
 
-def test_conf_file(tmp_path: Path) -> None:
+async def test_conf_file(tmp_path: Path) -> None:
     path = write(tmp_path / "br.conf", BRIDGE)
-    delegate = load_conf_file(path)
+    delegate = await load_conf_file(path)
     assert delegate.raw == path.read_bytes()
     assert delegate.name == "br"
 
 
-def test_conf_file_missing_type(tmp_path: Path) -> None:
+async def test_conf_file_missing_type(tmp_path: Path) -> None:
     path = write(tmp_path / "x.conf", {"name": "x"})
-    assert invalid(load_conf_file, path) == (
+    assert await invalid_async(load_conf_file, path) == (
         f"error loading CNI config file {path}: error parsing configuration: missing 'type'"
     )
 
 
-def test_load_path_directory_takes_first_by_name(tmp_path: Path) -> None:
+async def test_load_path_directory_takes_first_by_name(tmp_path: Path) -> None:
     write(tmp_path / "20-b.conf", {**BRIDGE, "name": "b"})
     write(tmp_path / "10-a.conflist", {**CONFLIST, "name": "a"})
     write(tmp_path / "05-ignored.txt", b"junk")
-    assert load_path(tmp_path).name == "a"
+    assert (await load_path(tmp_path)).name == "a"
 
 
-def test_load_path_directory_without_conf_files(tmp_path: Path) -> None:
+async def test_load_path_directory_without_conf_files(tmp_path: Path) -> None:
     write(tmp_path / "a.json", BRIDGE)
-    assert invalid(load_path, tmp_path) == f"getNetDelegate: cannot find network: {tmp_path}"
+    assert (
+        await invalid_async(load_path, tmp_path)
+        == f"getNetDelegate: cannot find network: {tmp_path}"
+    )
 
 
-def test_load_path_files(tmp_path: Path) -> None:
-    assert load_path(write(tmp_path / "a.conflist", CONFLIST)).is_conflist
-    assert load_path(write(tmp_path / "b.conf", BRIDGE)).name == "br"
-    assert load_path(write(tmp_path / "c.json", BRIDGE)).name == "br"
+async def test_load_path_files(tmp_path: Path) -> None:
+    assert (await load_path(write(tmp_path / "a.conflist", CONFLIST))).is_conflist
+    assert (await load_path(write(tmp_path / "b.conf", BRIDGE))).name == "br"
+    assert (await load_path(write(tmp_path / "c.json", BRIDGE))).name == "br"
 
 
 # --- find_by_name / resolve_on_disk ---------------------------------------------------------
 
 
-def test_find_by_name_sorted_first_match(tmp_path: Path) -> None:
+async def test_find_by_name_sorted_first_match(tmp_path: Path) -> None:
     write(tmp_path / "30-late.conf", {**BRIDGE, "name": "net", "bridge": "late"})
     write(tmp_path / "10-early.conf", {**BRIDGE, "name": "net", "bridge": "early"})
     write(tmp_path / "20-list.conflist", {**CONFLIST, "name": "list"})
     write(tmp_path / "00-other.json", {**BRIDGE, "name": "other"})
-    found = find_by_name(tmp_path, "net")
+    found = await find_by_name(tmp_path, "net")
     assert found is not None
     assert found.conf["bridge"] == "early"
-    listed = find_by_name(tmp_path, "list")
+    listed = await find_by_name(tmp_path, "list")
     assert listed is not None and listed.is_conflist
-    assert find_by_name(tmp_path, "absent") is None
-    assert find_by_name(tmp_path / "missing", "net") is None
+    assert await find_by_name(tmp_path, "absent") is None
+    assert await find_by_name(tmp_path / "missing", "net") is None
 
 
-def test_find_by_name_ignores_subdirectories(tmp_path: Path) -> None:
+async def test_find_by_name_ignores_subdirectories(tmp_path: Path) -> None:
     write(tmp_path / "sub" / "a.conf", {**BRIDGE, "name": "net"})
-    assert find_by_name(tmp_path, "net") is None
+    assert await find_by_name(tmp_path, "net") is None
 
 
-def test_find_by_name_aborts_on_bad_file_before_match(tmp_path: Path) -> None:
+async def test_find_by_name_aborts_on_bad_file_before_match(tmp_path: Path) -> None:
     write(tmp_path / "00-bad.conf", {"name": "no-type"})
     write(tmp_path / "10-good.conf", {**BRIDGE, "name": "net"})
     with pytest.raises(CNIError):
-        find_by_name(tmp_path, "net")
+        await find_by_name(tmp_path, "net")
 
 
-def test_resolve_by_name(tmp_path: Path) -> None:
+async def test_resolve_by_name(tmp_path: Path) -> None:
     write(tmp_path / "a.conf", BRIDGE)
-    assert resolve_on_disk("br", str(tmp_path)).name == "br"
-    assert invalid(resolve_on_disk, "nope", str(tmp_path)) == (
+    assert (await resolve_on_disk("br", str(tmp_path))).name == "br"
+    assert await invalid_async(resolve_on_disk, "nope", str(tmp_path)) == (
         "getNetDelegate: cannot find network: nope"
     )
 
 
-def test_resolve_by_path_ignores_conf_dir(tmp_path: Path) -> None:
+async def test_resolve_by_path_ignores_conf_dir(tmp_path: Path) -> None:
     path = write(tmp_path / "x" / "a.conflist", CONFLIST)
-    assert resolve_on_disk(str(path), "/nonexistent").name == "cbr0"
-    assert resolve_on_disk(str(path.parent), "/nonexistent").name == "cbr0"
+    assert (await resolve_on_disk(str(path), "/nonexistent")).name == "cbr0"
+    assert (await resolve_on_disk(str(path.parent), "/nonexistent")).name == "cbr0"
 
 
-def test_resolve_missing_path(tmp_path: Path) -> None:
+async def test_resolve_missing_path(tmp_path: Path) -> None:
     missing = tmp_path / "gone.conf"
     with pytest.raises(CNIError) as info:
-        resolve_on_disk(str(missing), str(tmp_path))
+        await resolve_on_disk(str(missing), str(tmp_path))
     assert info.value.code == IO_FAILURE == 5
     assert info.value.msg == f"{os.strerror(2)}: {missing}"
 
