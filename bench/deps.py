@@ -9,13 +9,14 @@ where it says so, use) one library, and reads the child's ``/proc/<pid>/status``
 for; the library's files are page cache, shared and charged once). Each figure is the median
 of five runs, minus the same interpreter doing nothing; the second column is the same on top
 of the daemon's own imports (``import multusd.daemon``), which is what the daemon would grow
-by. ``--site`` adds a throwaway venv's ``site-packages`` to the child's path (pydantic,
-pyroute2 and aiofiles are not installed here: they are what is measured).
+by. ``--site`` adds a throwaway venv's ``site-packages`` to the child's path (pyroute2 is
+not installed here: it is what is measured).
 
 ``python -m bench.deps layers`` splits the daemon's own imports the same way, one layer on top
-of the other (the interpreter; asyncio with ssl, json and logging; h11, the HTTP/1.1 parser of
-the daemon's server and API client; everything else ``import multusd.daemon`` brings):
-what each layer adds to ``RssAnon``, for docs/performance.md ("Under a 50 Mi limit").
+of the other (the interpreter; asyncio with ssl, json and logging; then each package of the
+design card: aiohttp.web, kubernetes_asyncio, pydantic, aiofiles, watchfiles; everything else
+``import multusd.daemon`` brings): what each layer adds to ``RssAnon``, for
+docs/performance.md ("Daemon memory") and README.md ("Dependencies").
 
 ``python -m bench.deps write [--site DIR]`` writes a delegate-cache-sized file the daemon's way
 (one ``asyncio.to_thread`` hop around :func:`multusd.fsutil.atomic_write`) and the same steps
@@ -67,14 +68,21 @@ ROWS: dict[str, str] = {
     "aiohttp (import aiohttp.web: its server, and the client its package always brings)": (
         "import aiohttp.web"
     ),
-    "h11 (import)": "import h11",
 }
 
 
 LAYERS: dict[str, str] = {
     "the bare interpreter": "pass",
     "asyncio, ssl, json, logging": "import asyncio, ssl, json, logging",
-    "h11 (HTTP/1.1 for `multusd.httpserver` and `multusd.k8s.http`)": "import h11",
+    "aiohttp.web (the daemon's listeners; the client under kubernetes_asyncio)": (
+        "import aiohttp.web"
+    ),
+    "kubernetes_asyncio (client and config: every generated model)": (
+        "import kubernetes_asyncio.client, kubernetes_asyncio.config"
+    ),
+    "pydantic (the config models' package)": "import pydantic",
+    "aiofiles": "import aiofiles",
+    "watchfiles": "import watchfiles",
     "the rest of `import multusd.daemon`": DAEMON_IMPORTS,
 }
 
