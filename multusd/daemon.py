@@ -64,7 +64,8 @@ class ShutdownSettings:
     """Upstream waits 10 s after SIGTERM before cancelling; we stop earlier once idle."""
     cancel_timeout: float = 2.0
     """After the drain, a request still running gets this long again, is cancelled (its
-    plugins killed and reaped), and gets this long for that (``SocketServer.close``'s two waits)."""
+    plugins killed and reaped), and gets this long for that (the unix socket's aiohttp runner:
+    its ``shutdown_timeout``, ``server.listener``)."""
     exit_deadline: float = 25.0
     """From the start of shutdown to the end of the process, whatever is stuck; below the
     manifests' ``terminationGracePeriodSeconds`` (30 s), after which the kubelet kills."""

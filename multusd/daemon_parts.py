@@ -9,7 +9,7 @@ each part is made of, so that the supervisor's exit stack can unwind each one on
   Kubernetes (:func:`wants_kubernetes`);
 * :func:`metrics_site`: the Prometheus site, or a recorder that records nothing;
 * :func:`serving`: the services the commands run with (the plugin executor, pod and NAD
-  lookups, events), the handlers and the server on the bound socket, and the probes' site.
+  lookups, events), the handlers and the API's site on the bound socket, and the probes' site.
 """
 
 from __future__ import annotations
@@ -33,14 +33,16 @@ from multusd.k8s.cluster import Cluster, running_cluster
 from multusd.k8s.devices import device_map_for_pod_object
 from multusd.k8s.nads import NadLookup
 from multusd.k8s.pods import PodLookup, PodLookupSettings
+from multusd.metrics import HEADER_TIMEOUT as METRICS_HEADER_TIMEOUT
+from multusd.metrics import SHUTDOWN_TIMEOUT as METRICS_SHUTDOWN_TIMEOUT
 from multusd.metrics import Metrics, Recorder
 from multusd.networks.nad_delegates import KubeNetworks
-from multusd.server.app import build_app
 from multusd.server.concurrency import RequestGate
 from multusd.server.handlers import DaemonState, Handlers
 from multusd.server.health import HOST as HEALTH_HOST
 from multusd.server.health import health_site
-from multusd.server.listener import SocketServer
+from multusd.server.listener import SocketSite, socket_server
+from multusd.server.runner import runner_options
 from multusd.server.socket import BoundSocket, bind_socket, prepare_socket_dir
 
 log = logging.getLogger(__name__)
@@ -142,13 +144,13 @@ def ready_reason(cluster: Cluster, sync_timeout: float) -> str:
 async def serving(
     sock: BoundSocket, config: DaemonConfig, raw: dict[str, Any], state: DaemonState,
     *, cluster: Cluster | None, metrics: Recorder, cancel_timeout: float,
-) -> AsyncIterator[SocketServer]:  # fmt: skip
+) -> AsyncIterator[SocketSite]:  # fmt: skip
     """Serve ``/cni`` on the bound socket until the context exits.
 
-    On exit, every request still running is cancelled (its plugins killed), gets
-    ``cancel_timeout`` to return, is then cancelled outright and gets ``cancel_timeout`` more
-    (aiohttp's default, 60 s for each, is what once made a hung plugin hold SIGTERM for up to
-    two minutes).
+    On exit, every request still running is cancelled through its queue (its plugins killed);
+    a handler still running after that gets ``cancel_timeout`` to return and ``cancel_timeout``
+    more before aiohttp cancels it (its ``shutdown_timeout``, whose default, 60 s for each, is
+    what once made a hung plugin hold SIGTERM for up to two minutes).
     """
     pods = events = networks = None
     if cluster is not None:
@@ -187,19 +189,21 @@ async def serving(
         gate=RequestGate(config.connection_limit),
         readiness_check=_readiness_stat(config),
     )
-    server = SocketServer(sock.sock, build_app(handlers, metrics=metrics), handlers)
-    server.start()
-    try:
-        log.info("listening on %s (%s)", config.socket_path, state.ready_reason)
-        async with contextlib.AsyncExitStack() as probes:
-            if config.health_port is not None:
-                port = await probes.enter_async_context(health_site(handlers, config.health_port))
-                log.info("probes on %s:%d (/healthz, /readyz)", HEALTH_HOST, port)
-            yield server
-    finally:
-        if state.in_flight:
-            log.error("shutdown: cancelling %d request(s)", state.in_flight)
-        await server.close(cancel_timeout)
+    async with socket_server(
+        sock.sock, handlers, cancel_timeout=cancel_timeout, metrics=metrics
+    ) as site:
+        try:
+            log.info("listening on %s (%s)", config.socket_path, state.ready_reason)
+            async with contextlib.AsyncExitStack() as probes:
+                if config.health_port is not None:
+                    port = await probes.enter_async_context(
+                        health_site(handlers, config.health_port)
+                    )
+                    log.info("probes on %s:%d (/healthz, /readyz)", HEALTH_HOST, port)
+                yield site
+        finally:
+            if state.in_flight:
+                log.error("shutdown: cancelling %d request(s)", state.in_flight)
 
 
 def _readiness_stat(config: DaemonConfig) -> Callable[[], Awaitable[None]] | None:
@@ -225,6 +229,9 @@ async def metrics_site(
         metrics.watch_cache("pods", cluster.pods.statistics)
         metrics.watch_cache("network-attachment-definitions", cluster.nads.statistics)
         cluster.client.on_bucket_wait = metrics.observe_bucket_wait
-    async with metrics.serve(config.metrics_port) as port:
+    options = runner_options(
+        header_timeout=METRICS_HEADER_TIMEOUT, shutdown_timeout=METRICS_SHUTDOWN_TIMEOUT
+    )
+    async with metrics.serve(config.metrics_port, options=options) as port:
         log.info("metrics on :%d/metrics", port)
         yield metrics

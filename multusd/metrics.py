@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aiohttp import web
 
 from multusd import timeline
-from multusd.httpserver import Request, Response, TcpSite
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -46,8 +47,13 @@ HANDLER_LABELS = frozenset({"/cni", "/delegate", "/healthz", "/readyz"})
 # Seconds. CNI commands span milliseconds (cached DEL) to minutes (slow IPAM), hence the range.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 HEADER_TIMEOUT = 10.0
-"""Seconds a scrape connection may take to send its request head."""
+"""Seconds a scrape connection may take to send its request head (upstream's metrics server:
+Go's ``ReadHeaderTimeout``, 10 s), and may stay idle between scrapes."""
+SHUTDOWN_TIMEOUT = 1.0
+"""Seconds a scrape still being answered gets when the site closes."""
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class CacheStats(Protocol):
@@ -77,7 +83,7 @@ class Recorder:
     so call sites need no ``if metrics:``."""
 
     def count_request(self, handler: str, method: str, code: int) -> None:
-        """One HTTP request answered (upstream's counter); by ``server.app.App``."""
+        """One HTTP request answered (upstream's counter); normally via :meth:`middleware`."""
 
     def observe_command(self, command: str, seconds: float, *, ok: bool) -> None:
         """One CNI command (ADD, DEL, ...) finished after ``seconds``."""
@@ -103,6 +109,19 @@ class Recorder:
                 yield
         finally:
             self.observe_phase(phase, time.monotonic() - started, plugin)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Count every answered request under upstream's labels; add it to an app's middlewares
+        *outside* (before) the one that shapes errors (``server.app``), so it sees the final
+        status."""
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            self.count_request(handler_label(request.path), request.method, exc.status)
+            raise
+        self.count_request(handler_label(request.path), request.method, response.status)
+        return response
 
 
 @dataclass
@@ -252,23 +271,39 @@ class Metrics(Recorder):
 
         return generate_latest(self.registry)
 
-    async def _serve_metrics(self, request: Request) -> Response:
+    async def _serve_metrics(self, request: web.Request) -> web.Response:
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        if request.path != "/metrics":
-            return Response(404)
-        if request.method not in ("GET", "HEAD"):
-            return Response.text("Method not allowed\n", 405)
         # Tiny registry: rendering inline costs well under a millisecond.
-        return Response(200, self.render(), CONTENT_TYPE_LATEST)
+        return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._serve_metrics)
+        return app
 
     @contextlib.asynccontextmanager
-    async def serve(self, port: int, host: str = "0.0.0.0") -> AsyncIterator[int]:
+    async def serve(
+        self, port: int, host: str = "0.0.0.0", *, options: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[int]:
         """Serve ``/metrics`` on ``host:port`` (upstream: all addresses) for the block's
         duration, yielding the bound port (port 0 picks a free one); leaving the block closes
-        the listener and any open scrape connections."""
-        site = await TcpSite.listen(host, port, self._serve_metrics, header_timeout=HEADER_TIMEOUT)
+        the listener and any open scrape connections.
+
+        ``options`` are the ``web.AppRunner``'s (the daemon passes its listeners' own,
+        ``server.runner``); by default no access log and :data:`HEADER_TIMEOUT`.
+        """
+        defaults: dict[str, Any] = {
+            "handle_signals": False,
+            "access_log": None,
+            "keepalive_timeout": HEADER_TIMEOUT,
+            "shutdown_timeout": SHUTDOWN_TIMEOUT,
+        }
+        runner = web.AppRunner(self.app(), **(dict(options) if options is not None else defaults))
+        await runner.setup()
         try:
+            site = web.TCPSite(runner, host, port)
+            await site.start()
             yield site.port
         finally:
-            await site.close()
+            await runner.cleanup()

@@ -6,8 +6,8 @@ body too (it decodes CNI error objects before falling back to text). A request t
 be read or decoded is logged in one line, never with a traceback: hostile input is not a bug.
 
 Each request runs as a task of the :class:`ContainerQueue` (its container's turn, the caps, a
-superseding DEL, its deadline); when its client goes away the handler is cancelled
-(``multusd.httpserver``) and cancels the request with it.
+superseding DEL, its deadline); when its client goes away the handler is cancelled (aiohttp's
+``handler_cancellation``, ``server.runner``) and cancels the request with it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from aiohttp import web
 
 from cni_shim import gojson, results, wire
 from cni_shim.errors import DECODING_FAILURE, INTERNAL, INVALID_ENVIRONMENT, IO_FAILURE, CNIError
@@ -37,10 +39,10 @@ from multusd.config.override import override_config
 from multusd.config.schema import decode
 from multusd.errors import internal
 from multusd.heap import IdleTrim
-from multusd.httpserver import BadRequest, BodyTooLarge, Request, Response
 from multusd.logs.format import request_id
 from multusd.networks.netconf import NetConf
 from multusd.server.concurrency import ContainerQueue, RequestGate
+from multusd.server.connection import Arrivals
 from multusd.server.validate import check_config_text, check_env_text, check_pod_env
 from multusd.timeline import Phases
 
@@ -143,14 +145,14 @@ def _config_version(config: bytes) -> str:
     return version if isinstance(version, str) else ""
 
 
-def error_response(err: CNIError, status: int = 400) -> Response:
+def error_response(err: CNIError, status: int = 400) -> web.Response:
     """HTTP 400 (or ``status``) with the CNI error object; code 0 (libcni's ``ErrUnknown``) is
     sent as 999, since a runtime must never read a failure as code 0."""
     if err.code == 0:
         err = CNIError(INTERNAL, err.msg, err.details)
     # "replace": the last line of defence; decoding already turned lone surrogates into U+FFFD.
     body = err.to_json().encode("utf-8", "replace")
-    return Response(status, body, "application/json")
+    return web.Response(status=status, body=body, content_type="application/json")
 
 
 @dataclass
@@ -166,6 +168,9 @@ class Handlers:
     """The daemon config, whose server limits apply; ``None``: decoded from ``daemon_raw`` (a
     bad value: ``ConfigError``)."""
     heap: IdleTrim = field(default_factory=IdleTrim)
+    arrivals: Arrivals = field(default_factory=dict)
+    """When each connection's CNI request arrived, by transport (``server.connection`` fills it
+    in): a request's deadline counts from then, time waiting unread in the intake included."""
     limits: DaemonConfig = field(init=False)
     """The server's limits (``requestTimeoutSeconds``, ``maxPendingRequests``, ...)."""
     queue: ContainerQueue = field(init=False)
@@ -175,14 +180,14 @@ class Handlers:
         limits = self.limits
         self.queue = ContainerQueue(limits.max_pending_per_container, limits.max_pending, self.gate)
 
-    async def cni(self, request: Request) -> Response:
+    async def cni(self, request: web.Request) -> web.Response:
         return await self._serve(request, hotplug=False)
 
-    async def delegate(self, request: Request) -> Response:
+    async def delegate(self, request: web.Request) -> web.Response:
         """``/delegate``: the hot-plug API (one delegate, see ``commands.hotplug``)."""
         return await self._serve(request, hotplug=True)
 
-    async def _serve(self, request: Request, *, hotplug: bool) -> Response:
+    async def _serve(self, request: web.Request, *, hotplug: bool) -> web.Response:
         started = time.monotonic()
         self.state.in_flight += 1
         self.heap.busy()
@@ -214,29 +219,37 @@ class Handlers:
         command = _COMMANDS.get(cmd.command)
         return None if command is None else (lambda: command(cmd, self.services))
 
-    async def _read_body(self, request: Request) -> bytes:
+    async def _read_body(self, request: web.Request) -> bytes:
         """The whole body within ``requestBodyTimeoutSeconds``; unreadable bodies are CNI errors.
 
-        A body that is too large raises :class:`BodyTooLarge` (answered 413 by ``server.app``).
+        A body that is too large raises aiohttp's 413 (answered by ``app.upstream_errors``): at
+        once when its ``Content-Length`` says so, else once more than ``maxRequestBytes`` (the
+        app's ``client_max_size``) arrived.
         """
+        declared = request.content_length
+        if declared is not None and declared > request.client_max_size:
+            raise web.HTTPRequestEntityTooLarge(request.client_max_size, declared)
         limit = self.limits.body_timeout
         try:
             async with asyncio.timeout(limit):
-                return await request.read(self.limits.max_request_bytes)
+                return await request.read()
         except TimeoutError:
             raise CNIError(
                 IO_FAILURE, f"the request body did not arrive within {limit:g}s"
             ) from None
-        except BodyTooLarge:
-            raise
-        except BadRequest as exc:  # broken chunks, a peer that left half-way
-            raise CNIError(
-                DECODING_FAILURE, f"could not read the request body: {exc.text}"
-            ) from None
+        except web.RequestPayloadError as exc:  # broken chunks, a peer that left half-way
+            reason = " ".join(str(exc).split())  # aiohttp's texts span lines
+            raise CNIError(DECODING_FAILURE, f"could not read the request body: {reason}") from None
+
+    def arrival(self, request: web.BaseRequest) -> float:
+        """When ``request`` arrived (the loop's time): as its connection recorded it, or now."""
+        transport = request.transport
+        arrived = self.arrivals.get(transport) if transport is not None else None
+        return arrived if arrived is not None else asyncio.get_running_loop().time()
 
     async def _handle(
-        self, request: Request, started: float, hotplug: bool, phases: Phases
-    ) -> Response:
+        self, request: web.Request, started: float, hotplug: bool, phases: Phases
+    ) -> web.Response:
         try:
             body = await self._read_body(request)
             env, stdin, attributes = wire.decode_request(body)
@@ -248,15 +261,13 @@ class Handlers:
                     cmd.config, self.daemon_raw, ignore_readiness=self.ignore_readiness
                 )
             # From the request's arrival: time spent waiting unread in the intake counts.
-            arrived = request.arrived
-            start = arrived if arrived is not None else asyncio.get_running_loop().time()
-            deadline = start + self.limits.request_timeout
+            deadline = self.arrival(request) + self.limits.request_timeout
             cmd = dataclasses.replace(cmd, config=config, deadline=deadline)
             runner = self._runner(cmd, attributes, hotplug)
             timeline.note_phase("decode", time.monotonic() - started)  # body read, decoded, checked
         except CNIError as exc:
             log.info("%s rejected: %s", request.path, exc)
-            return error_response(exc)  # a body left unread is drained, not waited for
+            return error_response(exc)  # a body left unread is drained briefly, not waited for
         if runner is None:
             return error_response(_env_error(f"unknown cmd type: {cmd.command}"))
         request_id.set(cmd.request_id)  # this task's log lines carry it from here on
@@ -307,21 +318,21 @@ class Handlers:
 
     @staticmethod
     def _response(
-        request: Request, stdin: bytes, result: dict[str, Any] | None, outcome: CNIError | None
-    ) -> Response:
+        request: web.Request, stdin: bytes, result: dict[str, Any] | None, outcome: CNIError | None
+    ) -> web.Response:
         """The answer: the error, nothing (DEL, CHECK...), or the result in the config's
         version, as text ready to print when the shim asks for it (ours does)."""
         if outcome is not None:
             return error_response(outcome)
         if result is None:
-            return Response()
+            return web.Response()
         try:
             version = _config_version(stdin)
-            if request.header(wire.PRINT_REQUEST) is not None:
+            if wire.PRINT_REQUEST in request.headers:
                 text = results.render(result, version)
-                return Response.text(text, headers=((wire.PRINTED, "1"),))
+                return web.Response(text=text, headers={wire.PRINTED: "1"})
             body = wire.encode_response(result, version)
-            return Response(200, body, "application/json")
+            return web.Response(body=body, content_type="application/json")
         except CNIError as exc:
             return error_response(exc.with_prefix("failed to generate the CNI result: "))
 
@@ -351,10 +362,10 @@ class Handlers:
             err = err.with_prefix(cmd.describe())
         return err
 
-    async def healthz(self, request: Request) -> Response:
-        return Response()
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response()
 
-    async def readyz(self, request: Request) -> Response:
+    async def readyz(self, request: web.Request) -> web.Response:
         """200 while serving, 500 from the moment shutdown begins (upstream HEAD).
 
         The body says how the daemon came up (``caches synced``, or serving after the bounded
@@ -362,4 +373,4 @@ class Handlers:
         """
         status = 500 if self.state.shutting_down else 200
         body = gojson.dumps({"ready": status == 200, "caches": self.state.ready_reason})
-        return Response.text(body, status, media="application/json")
+        return web.Response(status=status, text=body, content_type="application/json")

@@ -18,33 +18,43 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from aiohttp import web
+
 from multusd.errors import StartupError
-from multusd.httpserver import TcpSite
-from multusd.server.app import App, Handler
+from multusd.server.app import api_middlewares
 from multusd.server.handlers import Handlers
+from multusd.server.runner import runner_options
 
 HOST = "127.0.0.1"
 """Loopback only: the node's own kubelet is the only client."""
+SHUTDOWN_TIMEOUT = 1.0
+"""Seconds a probe still being answered at shutdown gets (its handlers do not wait on anything)."""
 
 
-def health_app(handlers: Handlers) -> App:
-    """The probes, as the kubelet's ``httpGet`` sends them (GET; HEAD answered too)."""
-    probe: dict[str, Handler] = {"GET": handlers.healthz, "HEAD": handlers.healthz}
-    ready: dict[str, Handler] = {"GET": handlers.readyz, "HEAD": handlers.readyz}
-    return App(routes={"/healthz": probe, "/readyz": ready})
+def health_app(handlers: Handlers) -> web.Application:
+    """The probes, as the kubelet's ``httpGet`` sends them (GET; HEAD answered too), with the
+    unix socket's 404/405 shapes and one request per connection (``server.app``)."""
+    app = web.Application(middlewares=api_middlewares())
+    for path, handler in (("/healthz", handlers.healthz), ("/readyz", handlers.readyz)):
+        app.router.add_get(path, handler, allow_head=True)
+    return app
 
 
 @contextlib.asynccontextmanager
 async def health_site(handlers: Handlers, port: int) -> AsyncIterator[int]:
     """Serve the probes on ``127.0.0.1:port`` for the block's duration; yields the bound port
     (0 picks a free one, for tests)."""
-    app = health_app(handlers)
-    limit = handlers.limits.header_timeout
+    options = runner_options(
+        header_timeout=handlers.limits.header_timeout, shutdown_timeout=SHUTDOWN_TIMEOUT
+    )
+    runner = web.AppRunner(health_app(handlers), **options)
+    await runner.setup()
     try:
-        site = await TcpSite.listen(HOST, port, app.serve, header_timeout=limit)
-    except OSError as exc:
-        raise StartupError(f"failed to listen on {HOST}:{port} (healthPort): {exc}") from exc
-    try:
+        site = web.TCPSite(runner, HOST, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise StartupError(f"failed to listen on {HOST}:{port} (healthPort): {exc}") from exc
         yield site.port
     finally:
-        await site.close()
+        await runner.cleanup()

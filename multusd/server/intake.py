@@ -1,6 +1,6 @@
 """Which connections the daemon reads now, and which wait unread until it has room.
 
-A request the daemon has read costs it memory for as long as it is in the daemon: its
+A request the daemon has read costs it memory for as long as it is in the daemon: aiohttp's
 protocol, parser and request objects, the body, the decoded config, the command's state. Under
 upstream's 50 Mi limit a burst of 200 ADDs, all read at once, grew our daemon from 30 to 44 MiB
 of anonymous memory, and with the kubelet's probes starting the OOM killer took it
@@ -13,8 +13,7 @@ matters because Go dials a unix socket non-blocking and fails at once with ``EAG
 full -- peeks at the first bytes and:
 
 * serves at once, with no slot, everything that is not a CNI request (``POST /cni`` or
-  ``/delegate``): the probes, the shims' readiness polls, bad requests, which
-  ``multusd.httpserver`` answers;
+  ``/delegate``): the probes, the shims' readiness polls, bad requests, which aiohttp answers;
 * reads a CNI request only while fewer than ``maxActiveRequests`` are in the daemon; the rest
   wait unread, in arrival order, DELs first. A DEL may also use a reserve of slots of its own
   (half as many again), so a node whose ADDs all hang still reads its DELs, which supersede them
@@ -51,6 +50,9 @@ import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.utils import formatdate
+
+from aiohttp import web
 
 from cni_shim.errors import TRY_AGAIN_LATER, CNIError
 from multusd.server.concurrency import SHUTTING_DOWN, SUPERSEDED, too_many_requests
@@ -63,7 +65,7 @@ PEEK_BYTES = 4096
 the start of the body, where the env object's ``CNI_*`` keys are."""
 INCOMPLETE_RETRY = 0.01
 """A request line that has not arrived whole is looked at again after this long (and served
-as it is once ``requestHeaderTimeoutSeconds`` has passed: the server times it out)."""
+as it is once ``requestHeaderTimeoutSeconds`` has passed: aiohttp times it out)."""
 ACCEPT_BATCH = 64
 """Connections accepted per wake-up of the listening socket (others wait their turn)."""
 EMFILE_PAUSE = 0.1
@@ -179,11 +181,6 @@ class Intake:
     _accepting: bool = False
 
     @property
-    def sockets(self) -> list[socket.socket]:
-        """The listening socket, as ``asyncio.Server.sockets`` (what a site's owner reads)."""
-        return [self.listener] if self._accepting else []
-
-    @property
     def waiting(self) -> int:
         """CNI requests waiting unread."""
         return len(self._dels) + len(self._others)
@@ -234,7 +231,7 @@ class Intake:
                 log.warning("accept failed: %s", exc)
                 return
             sock.setblocking(False)
-            # Silent past the header timeout: closed, as the server closes an idle connection.
+            # Silent past the header timeout: closed, as aiohttp closes an idle connection.
             self._peeking[sock] = loop.call_later(
                 self.limits.header_timeout, functools.partial(self._idle, sock)
             )
@@ -269,9 +266,8 @@ class Intake:
         self._arrive(_Waiting(sock, hint, loop.time()))
 
     def _idle(self, sock: socket.socket) -> None:
-        """The header timeout passed while looking: a silent connection is closed, as the
-        server closes one; one that sent a beginning goes to the server, which answers or times
-        it out."""
+        """The header timeout passed while looking: a silent connection is closed, as aiohttp
+        closes one; one that sent a beginning goes to aiohttp, which answers or times it out."""
         if sock not in self._peeking:
             return
         self._forget(sock)
@@ -410,5 +406,19 @@ class Intake:
                     break
                 taken += len(chunk)
         with contextlib.suppress(OSError):
-            sock.send(error_response(err).encode())
+            sock.send(on_the_wire(error_response(err)))
         sock.close()
+
+
+def on_the_wire(response: web.Response) -> bytes:
+    """``response`` as HTTP/1.1 bytes, for a request answered without being served (no aiohttp
+    protocol is made for it): its status, headers and body, and ``Connection: close``."""
+    body = response.body if isinstance(response.body, bytes) else b""
+    lines = [f"HTTP/1.1 {response.status} {response.reason}"]
+    lines += [f"{name}: {value}" for name, value in response.headers.items()]
+    lines += [
+        f"Content-Length: {len(body)}",
+        f"Date: {formatdate(usegmt=True)}",
+        "Connection: close",
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace") + body

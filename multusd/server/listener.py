@@ -1,32 +1,36 @@
-"""The daemon's unix-socket server: connections taken from the listening socket by
-``server.intake`` in their turn, each served by ``multusd.httpserver`` with the API's rules.
+"""The API on the daemon's unix socket: an aiohttp runner whose connections the intake accepts.
 
-What a connection's end means is decided here. When the peer's side of a connection ends,
-asyncio asks the protocol whether to keep the transport open. On a unix socket two cases can be
-told apart at that moment: a peer that *closed* (the runtime killed the shim) has shut down both
-directions, which ``poll()`` reports as ``POLLHUP``; a peer that only half-closed
-(``shutdown(SHUT_WR)``, ``curl --no-keepalive`` style, Go's ``CloseWrite``) has not. The first
-is cancelled (its plugins killed, an ADD rolled back), the second is answered, then the
-connection is closed. (Should a half-closed peer die later, that is noticed when the answer is
-written.)
+aiohttp's own sites accept every connection and read it at once; here ``server.intake`` accepts
+them and decides when each is read. :class:`SocketSite` is the runner's site for that socket:
+it starts the intake and hands each connection the intake lets through to aiohttp with
+``loop.connect_accepted_socket``, the protocol made by the runner's ``web.Server`` and wrapped
+in a :class:`~multusd.server.connection.Connection` (the intake's slot, the request's arrival
+time, and what a connection's end means).
 
-Shutdown (:meth:`SocketServer.close`): the intake stops (requests waiting unread are answered
-code 11), every request still running is cancelled through its queue, the handlers get
-``cancel_timeout`` to return, are then cancelled outright and get ``cancel_timeout`` more.
+Shutdown is the runner's (:func:`socket_server` leaving): the site stops first (the intake stops
+accepting, and the requests waiting unread are answered code 11), the app's ``on_shutdown``
+cancels every request still running through its queue and waits for them to unwind (plugins
+killed, ADDs rolled back: ``server.app``); a handler still running after that gets
+``cancel_timeout`` to return, ``cancel_timeout`` more once its body read is cut off, and is then
+cancelled (aiohttp's ``shutdown_timeout``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
-from multusd.cni.reaper import adopt_orphans
-from multusd.httpserver import HttpConnection, shut_down
-from multusd.server.app import App, bad_http
+from aiohttp import web
+
+from multusd.metrics import Recorder
+from multusd.server.app import build_app
+from multusd.server.connection import Connection
 from multusd.server.handlers import Handlers
 from multusd.server.intake import Intake, IntakeLimits, peer_closed
+from multusd.server.runner import runner_options
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +41,15 @@ def peer_hung_up(transport: asyncio.BaseTransport) -> bool:
     return sock is None or peer_closed(sock)
 
 
-class SocketServer:
-    """The API on the bound unix socket, for as long as it is open."""
+class SocketSite(web.BaseSite):
+    """The runner's site on the bound unix socket: connections taken from it by
+    :class:`~multusd.server.intake.Intake` in their turn, each served by the runner's server."""
 
-    def __init__(self, sock: socket.socket, app: App, handlers: Handlers) -> None:
-        self._sock = sock
-        self._app = app
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, handlers: Handlers) -> None:
+        super().__init__(runner)
+        self._listening = sock
+        self._name = f"http://unix:{sock.getsockname()}:"
+        self._web_server = runner.server
         self._handlers = handlers
         limits = handlers.limits
         self.intake_limits = IntakeLimits(
@@ -50,19 +57,24 @@ class SocketServer:
             header_timeout=limits.header_timeout, wait_timeout=limits.request_timeout,
         )  # fmt: skip
         self.intake: Intake | None = None
-        self.live: set[HttpConnection] = set()
-        """Every connection being served (shutdown waits for, then cancels, their handlers)."""
         self._connecting: set[asyncio.Task[None]] = set()
-        """Connections being handed to asyncio (owned here: a failure is logged, not lost)."""
+        """Connections being handed to aiohttp (owned here: a failure is logged, not lost)."""
 
-    def start(self) -> None:
-        # Serving plugins: become their descendants' subreaper (``reaper.adopt_orphans``).
-        if not adopt_orphans():
-            log.warning(
-                "could not become a child subreaper: a killed plugin's children go to PID 1"
-            )
-        self.intake = Intake(self._sock, self._serve, self.intake_limits)
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def start(self) -> None:
+        await super().start()  # registers the site: the runner's cleanup stops it
+        self.intake = Intake(self._listening, self._serve, self.intake_limits)
         self.intake.start()
+
+    async def stop(self) -> None:
+        if self.intake is not None:
+            self.intake.close()
+        for task in list(self._connecting):
+            task.cancel()
+        await super().stop()
 
     def _serve(
         self, sock: socket.socket, on_end: Callable[[], None] | None, arrived: float | None
@@ -74,11 +86,13 @@ class SocketServer:
     async def _connect(
         self, sock: socket.socket, on_end: Callable[[], None] | None, arrived: float | None
     ) -> None:
-        def protocol() -> HttpConnection:
-            return HttpConnection(
-                self._app.serve, bad_http,
-                header_timeout=self._handlers.limits.header_timeout, hung_up=peer_hung_up,
-                arrived=arrived, on_end=on_end, live=self.live,
+        server = self._web_server
+        assert server is not None  # the runner was set up before the site was made
+
+        def protocol() -> Connection:
+            return Connection(
+                server(), hung_up=peer_hung_up, arrivals=self._handlers.arrivals,
+                arrived=arrived, on_end=on_end,
             )  # fmt: skip
 
         try:
@@ -89,10 +103,22 @@ class SocketServer:
             if on_end is not None:
                 on_end()
 
-    async def close(self, cancel_timeout: float) -> None:
-        if self.intake is not None:
-            self.intake.close()
-        for task in list(self._connecting):
-            task.cancel()
-        await self._handlers.cancel_all()
-        await shut_down(self.live, cancel_timeout)
+
+@contextlib.asynccontextmanager
+async def socket_server(
+    sock: socket.socket, handlers: Handlers, *, cancel_timeout: float,
+    metrics: Recorder | None = None,
+) -> AsyncIterator[SocketSite]:  # fmt: skip
+    """Serve the API on the bound (listening) ``sock`` for the block's duration; on the way
+    out, shut down as the module docstring says."""
+    options = runner_options(
+        header_timeout=handlers.limits.header_timeout, shutdown_timeout=cancel_timeout
+    )
+    runner = web.AppRunner(build_app(handlers, metrics=metrics), **options)
+    await runner.setup()  # the app's start-up: the subreaper (``server.app``)
+    try:
+        site = SocketSite(runner, sock, handlers)
+        await site.start()
+        yield site
+    finally:
+        await runner.cleanup()

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from multusd.httpserver import Request, Response, TcpSite
-from multusd.metrics import Metrics, Recorder
-from multusd.server.app import App
+from multusd.metrics import HEADER_TIMEOUT, SHUTDOWN_TIMEOUT, Metrics, Recorder
+from multusd.server.app import api_middlewares
+from multusd.server.runner import runner_options
 
 HOST = "127.0.0.1"
 
@@ -121,15 +122,20 @@ async def test_registries_are_private() -> None:
 async def test_the_app_counts_every_answer_with_upstream_labels() -> None:
     metrics = Metrics(process=False)
 
-    async def ok(request: Request) -> Response:
-        return Response.text("ok")
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
 
-    async def fail(request: Request) -> Response:
+    async def fail(request: web.Request) -> web.Response:
         raise RuntimeError("a bug")  # answered as a CNI error object, and counted so
 
-    app = App(routes={"/healthz": {"GET": ok}, "/cni": {"POST": fail}}, metrics=metrics)
-    site = await TcpSite.listen(HOST, 0, app.serve, header_timeout=5)
+    app = web.Application(middlewares=api_middlewares(metrics))
+    app.router.add_get("/healthz", ok)
+    app.router.add_post("/cni", fail)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
     try:
+        site = web.TCPSite(runner, HOST, 0)
+        await site.start()
         async with aiohttp.ClientSession() as session:
             for method, path in [
                 ("GET", "/healthz"),
@@ -142,7 +148,7 @@ async def test_the_app_counts_every_answer_with_upstream_labels() -> None:
                 async with session.request(method, url) as response:
                     await response.read()
     finally:
-        await site.close()
+        await runner.cleanup()
     found = samples(metrics.render().decode())
     total = "multus_server_request_total"
     assert value(found, total, handler="/healthz", code="200", method="get") == 2
@@ -170,3 +176,14 @@ async def test_recorder_is_a_no_op() -> None:
     recorder.observe_bucket_wait(0.1)
     with recorder.phase("pod_lookup"):
         pass
+
+
+async def test_served_with_the_daemon_s_runner_options() -> None:
+    """What ``daemon_parts.metrics_site`` passes: the listeners' shared aiohttp options."""
+    metrics = Metrics(process=False)
+    metrics.count_request("/cni", "POST", 200)
+    options = runner_options(header_timeout=HEADER_TIMEOUT, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    async with metrics.serve(0, host=HOST, options=options) as port:
+        _, text = await scrape(port)
+    total = "multus_server_request_total"
+    assert value(samples(text), total, handler="/cni", code="200", method="post") == 1

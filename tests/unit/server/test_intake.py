@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from multusd.server.intake import Intake, IntakeLimits, read_hint
+from cni_shim.errors import TRY_AGAIN_LATER, CNIError
+from multusd.server.handlers import error_response
+from multusd.server.intake import Intake, IntakeLimits, on_the_wire, read_hint
 from tests.waits import eventually
 
 
@@ -250,3 +252,13 @@ async def test_a_cni_request_is_handed_over_with_the_time_it_arrived(tmp_path: P
         await rig.send(b"GET /healthz HTTP/1.1\r\nHost: dummy\r\n\r\n")
         await rig.settle(3)
         assert rig.arrived[2] is None
+
+
+def test_an_answer_without_serving_is_the_api_s_error_response_on_the_wire() -> None:
+    raw = on_the_wire(error_response(CNIError(TRY_AGAIN_LATER, "try again later")))
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 400 Bad Request"
+    assert b"Content-Type: application/json" in lines and b"Connection: close" in lines
+    assert f"Content-Length: {len(body)}".encode() in lines
+    assert json.loads(body) == {"code": 11, "msg": "try again later"}
