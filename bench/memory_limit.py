@@ -1,9 +1,9 @@
-"""Under a 50 Mi limit: the daemon in a memory cgroup of upstream's DaemonSet size, plugins
+"""Under a memory limit: the daemon in a memory cgroup of upstream's DaemonSet size, plugins
 included, through bursts of ADDs and DELs.
 
 Upstream's DaemonSet gives the daemon's container ``requests = limits = 50Mi``, and every plugin
 the daemon runs is its child, charged to the same cgroup
-(docs/performance.md, "Under a 50 Mi limit"). Here the daemon (ours, or any other with
+(docs/performance.md, "Under a memory limit"). Here the daemon (ours, or any other with
 ``--daemon PATH --shim PATH``) runs as ``bench.peer`` runs it (in-cluster credentials, auto
 mode, the pod cache filtered to its node),
 in a fresh memory cgroup of its own: ``memory.limit_in_bytes`` 50 MiB on cgroup v1 with the

@@ -3,7 +3,7 @@ goes idle.
 
 glibc's allocator keeps freed memory in its arenas for reuse; fragmented by many short-lived
 requests (a burst, a fuzzer) it does not shrink by itself, and in a memory-limited container
-every page it keeps counts against the limit (docs/performance.md, "Under a 50 Mi limit").
+every page it keeps counts against the limit (docs/performance.md, "Under a memory limit").
 Python's own allocator returns its arenas as they empty; ``malloc_trim(0)`` does the same for
 glibc's, in well under a millisecond when idle. Without ``malloc_trim`` (musl) nothing is done.
 """

@@ -5,7 +5,7 @@ cgroup. Upstream's DaemonSet caps that cgroup at 50 MiB, daemon and plugins toge
 ADDs that starts a plugin per request at once crosses the limit, and the kernel's OOM killer
 then picks the biggest process in the cgroup: the daemon, not a plugin. Every request in
 flight is lost with it, and DELs through the shim find nobody to clean up (docs/reliability.md,
-docs/performance.md "Under a 50 Mi limit").
+docs/performance.md "Under a memory limit").
 
 So before a plugin is started, :class:`MemoryAdmission` reads how much the cgroup may still
 grow and admits the execution only when that covers one more plugin on top of those already
@@ -60,7 +60,7 @@ The probes are not covered: our manifests' probes are the kubelet's ``httpGet`` 
 ``healthPort`` (``server.health``), no process in the cgroup. An exec probe (``multusd probe``)
 costs the cgroup ~5 MiB per run, and the kubelet starts liveness and readiness on the same
 clock; under a limit as tight as upstream's 50 Mi, exec probes need that much more room than
-this reserve keeps (docs/performance.md, "Under a 50 Mi limit")."""
+this reserve keeps (docs/performance.md, "Under a memory limit")."""
 
 POLL_INTERVAL = 0.05
 """How often the head of the queue looks again when no running plugin has finished meanwhile

@@ -24,7 +24,7 @@ the daemon and its plugins write and read back (its caches, host-local's address
 and the plugin binaries between runs are such pages. Counting the active ones as used, as the
 kubelet's working set does, stalled a 200-ADD burst under 50 MiB: 5.6 MiB of active cache, no
 plugin running, and every ADD waiting for its deadline (163 of 200 refused;
-docs/performance.md, "Under a 50 Mi limit"). What is excluded stays counted: tmpfs and shared
+docs/performance.md, "Under a memory limit"). What is excluded stays counted: tmpfs and shared
 memory (not reclaimable without swap), pages mapped by a running process (a plugin's own text:
 taking them would only make it fault them back), and dirty pages or pages under writeback
 (they must reach the disk first).

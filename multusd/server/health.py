@@ -3,7 +3,7 @@
 An exec probe is a process in the daemon's container, and so in its memory cgroup: under
 upstream's 50 Mi limit each ``multusd probe`` is charged ~5 MiB while it runs, and the kubelet
 starts the liveness and readiness probes on the same clock, so every ten seconds 10 MiB of the
-daemon's 50 went to asking it whether it is alive (docs/performance.md, "Under a 50 Mi limit").
+daemon's 50 went to asking it whether it is alive (docs/performance.md, "Under a memory limit").
 An ``httpGet`` probe is the kubelet's own request: it costs the container nothing but the
 answer. The DaemonSet runs with ``hostNetwork``, so ``host: 127.0.0.1`` in the probe reaches the
 node's loopback, where this site listens, and nothing off the node can reach it.

@@ -4,7 +4,7 @@ A request the daemon has read costs it memory for as long as it is in the daemon
 protocol, parser and request objects, the body, the decoded config, the command's state. Under
 upstream's 50 Mi limit a burst of 200 ADDs, all read at once, grew our daemon from 30 to 44 MiB
 of anonymous memory, and with the kubelet's probes starting the OOM killer took it
-(docs/performance.md, "Under a 50 Mi limit"). A connection the daemon has not read costs it
+(docs/performance.md, "Under a memory limit"). A connection the daemon has not read costs it
 nothing: the kernel charges the socket and the bytes written into it to the client (the shim,
 in the container runtime's cgroup).
 
