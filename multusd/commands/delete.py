@@ -71,6 +71,7 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
             delegates = await delegates_for(
                 "DEL", netconf, pod, services.networks, container_id=cmd.container_id
             )
+    delegates = _within_bound(delegates, netconf, cmd.container_id)
 
     cni = services.cni_for(netconf)
     env_args = services.environ.get("CNI_ARGS", "")
@@ -104,6 +105,36 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
     if errors:
         code = errors[0].code if len(errors) == 1 else INTERNAL
         raise CNIError(code, f"errors: {joined}")
+
+
+def most_delegates(netconf: NetConf) -> int:
+    """How many delegates an ADD of this daemon can have cached for one container: the
+    cluster network (or the inline delegates), ``defaultNetworks``, and at most
+    ``maxNetworksPerPod`` of the pod's own."""
+    return (
+        max(1, len(netconf.delegates)) + len(netconf.default_networks)
+        + netconf.max_networks_per_pod
+    )  # fmt: skip
+
+
+def _within_bound(delegates: list[Delegate], netconf: NetConf, container_id: str) -> list[Delegate]:
+    """The delegates this DEL runs: all of them, unless the cache lists more than an ADD of
+    this daemon can (an older daemon's, or upstream's, for a pod that asked for thousands of
+    networks). Then the first :func:`most_delegates` are deleted (the cluster and default
+    networks among them) and the rest only logged: one plugin run each would take the DEL past
+    any runtime's patience, and a DEL that never succeeds strands the sandbox for ever. What
+    they hold is for the runtime's CNI GC to release; the cache goes with this DEL."""
+    bound = most_delegates(netconf)
+    if len(delegates) <= bound:
+        return delegates
+    log.error(
+        "Multus: the cache of %s lists %d delegates, more than this daemon's ADD can cache "
+        "(%d, with maxNetworksPerPod %d): deleting the first %d, skipping %d (their IPAM is "
+        "left to the runtime's GC)",
+        container_id, len(delegates), bound, netconf.max_networks_per_pod, bound,
+        len(delegates) - bound,
+    )  # fmt: skip
+    return delegates[:bound]
 
 
 async def _remove_cache(netconf: NetConf, cmd: CmdArgs) -> None:

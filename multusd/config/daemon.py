@@ -28,6 +28,12 @@ DEFAULT_CONFIG_PATH = "/etc/cni/net.d/multus.d/daemon-config.json"
 
 _Number = TypeVar("_Number", int, float)
 
+MAX_NETWORKS_PER_POD = 128
+"""The most networks one pod's ``k8s.v1.cni.cncf.io/networks`` annotation may ask for. Upstream
+has no limit: the API server's 256 KiB for a pod's annotations allows 43,690 elements, whose ADD
+ran for 15 s and whose DEL ran past every deadline. Real pods ask for a handful; SR-IOV-heavy
+ones a few dozen."""
+
 
 def _positive(value: _Number) -> _Number:
     if value > 0:
@@ -92,6 +98,9 @@ class NetworkKeys(GoModel):
     cni_version: str = Field(default="", validation_alias="cniVersion")
     readiness_indicator_file: str = Field(default="", validation_alias="readinessindicatorfile")
     auxiliary_cni_chain_name: str = Field(default="", validation_alias="auxiliaryCNIChainName")
+    max_networks_per_pod: PositiveInt = Field(
+        default=MAX_NETWORKS_PER_POD, validation_alias="maxNetworksPerPod"
+    )
 
     @property
     def global_namespace_list(self) -> list[str]:

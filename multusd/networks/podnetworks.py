@@ -71,7 +71,7 @@ async def pod_delegates(
     value = annotations.get(NETWORKS_ANNOTATION, "")
     if not value:  # absent or empty: no networks, not an error (upstream GetPodNetwork)
         return delegates
-    elements = parse_network_annotation(value, pod_namespace)
+    elements = parse_network_annotation(value, pod_namespace, limit=netconf.max_networks_per_pod)
     extra: list[Delegate] = []
     globals_ = netconf.global_namespace_list
     for element in elements:

@@ -14,6 +14,7 @@ Pure and synchronous: the callers decide what an absent annotation means.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -136,19 +137,33 @@ def _parse_error(msg: str) -> CNIError:
     return _error("parsePodNetworkAnnotation: " + msg)
 
 
-def parse_network_annotation(value: str, default_namespace: str) -> list[SelectionElement]:
+def parse_network_annotation(
+    value: str, default_namespace: str, *, limit: int | None = None
+) -> list[SelectionElement]:
     """Upstream ``parsePodNetworkAnnotation``: the elements, in annotation order.
 
     ``default_namespace`` fills an empty namespace (the pod's own for the networks annotation).
     An empty ``value`` is an error, as upstream; an *absent or empty* networks annotation means
     "no extra networks" and must be handled before calling this. Every failure is a
     ``CNIError`` (code 7) with upstream's text, to which the caller adds its own prefixes.
+
+    ``limit`` (``maxNetworksPerPod``; upstream has none) refuses an annotation asking for more
+    networks, counted before any element is decoded or checked: the API server lets a pod's
+    annotations reach 256 KiB, 43,690 elements, and element by element that work stalls the
+    loop (docs/compatibility.md).
     """
     # A pod's JSON cannot carry lone surrogates to Go: its decoder turns them into U+FFFD.
     value = _LONE_SURROGATE.sub("\ufffd", value)
     if not value:
         raise _parse_error('pod annotation does not have "network" as key')
-    if _JSON_MARKERS.isdisjoint(value):
+    text_form = _JSON_MARKERS.isdisjoint(value)
+    if limit is not None:
+        count = value.count(",") + 1 if text_form else _count_elements(value)
+        if count is not None and count > limit:
+            raise _parse_error(
+                f"the pod asks for {count} networks, more than maxNetworksPerPod ({limit}) allows"
+            )
+    if text_form:
         items = [_text_item(item.strip(_GO_SPACE)) for item in value.split(",")]
         return [_validated(fields, None, default_namespace) for fields in items]
     raw, decoded = _decode_json(value)
@@ -211,6 +226,16 @@ def _text_item(item: str) -> dict[str, Any]:
             f"'/' or spaces. interface name '{ifname}'"
         )
     return {"name": name, "namespace": namespace, "interface": ifname}
+
+
+def _count_elements(value: str) -> int | None:
+    """How many elements a JSON annotation lists, read at C speed before the Go-exact decoder
+    runs (``None`` when the standard library cannot tell: the Go decoder reports it then)."""
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    return len(data) if isinstance(data, list) else None
 
 
 def _decode_json(value: str) -> tuple[list[Any], list[dict[str, Any] | None]]:

@@ -787,3 +787,33 @@ def test_any_text_fails_only_with_cni_errors(value: str) -> None:
         except CNIError as exc:
             assert exc.code == INVALID_NETWORK_CONFIG
             assert exc.msg
+
+
+# --- maxNetworksPerPod -------------------------------------------------------------------------
+
+
+def test_the_networks_limit_counts_the_text_form_before_decoding() -> None:
+    assert len(parse_network_annotation(",".join(["a"] * 4), "ns", limit=4)) == 4
+    with pytest.raises(CNIError) as info:
+        # The API server's largest annotation: one NAD named 43,690 times.
+        parse_network_annotation(",".join(["ab"] * 43_690), "ns", limit=128)
+    assert info.value.code == INVALID_NETWORK_CONFIG
+    assert info.value.msg == (
+        "parsePodNetworkAnnotation: the pod asks for 43690 networks, more than "
+        "maxNetworksPerPod (128) allows"
+    )
+
+
+def test_the_networks_limit_counts_the_json_form_before_decoding() -> None:
+    elements = json.dumps([{"name": "a"}] * 5)
+    assert len(parse_network_annotation(elements, "ns", limit=5)) == 5
+    with pytest.raises(CNIError, match=r"asks for 6 networks, more than maxNetworksPerPod \(5\)"):
+        parse_network_annotation(json.dumps([{"name": "a"}] * 6), "ns", limit=5)
+    # Counted before the elements are checked: a bad element past the limit is not reached.
+    with pytest.raises(CNIError, match="asks for 3 networks"):
+        parse_network_annotation('[{"name": "a"}, {"name": 1}, {}]', "ns", limit=2)
+    # Not JSON the standard library reads: the Go decoder's error, as before.
+    with pytest.raises(CNIError, match="JSON format"):
+        parse_network_annotation('[{"name": "a"},', "ns", limit=2)
+    # No limit given: as upstream, any number.
+    assert len(parse_network_annotation(",".join(["a"] * 300), "ns")) == 300
