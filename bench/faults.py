@@ -1,6 +1,8 @@
 """Issue 13's fault matrix, the long runs: what the bounded CI tests hold, held at length.
 
-Three parts, each bounded in count *and* time (it stops by itself, and says how far it got):
+Four parts, each bounded in count *and* time (it stops by itself, and says how far it got);
+the fourth, **bounds** (a pod's network count, a plugin's output, the daemon's adopted
+children), is ``bench/faults_bounds.py``:
 
 * **fuzz**: 100,000 fuzzed ``/cni`` and ``/delegate`` bodies (the generator and the judge of
   ``tests/e2e/test_fuzz_requests.py``, shared through ``tests/e2e/fuzzbodies.py``) against a
@@ -54,6 +56,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench import faults_bounds
 from bench.common import REPO, RESULTS, call_shim, proc_mib, publish, save, short_id, workdir
 from bench.kube_requests import sh
 from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
@@ -696,6 +699,7 @@ PARTS: dict[str, Callable[[Plan], Coroutine[Any, Any, dict[str, Any]]]] = {
     "fuzz": fuzz,
     "soak": soak,
     "api": api_faults,
+    "bounds": faults_bounds.bounds,
 }
 
 
@@ -809,6 +813,8 @@ def render(data: dict[str, Any]) -> str:
         lines.append(_fuzz_row(parts["fuzz"]["result"]))
     if "soak" in parts:
         lines.append(_soak_row(parts["soak"]["result"]))
+    if "bounds" in parts:
+        lines += faults_bounds.rows(parts["bounds"]["result"])
     if "api" in parts:
         api = parts["api"]["result"]
         lines += _api_rows(api)
