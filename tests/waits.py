@@ -73,3 +73,21 @@ async def until_watched(path: str | Path, pid: int | str = "self", timeout: floa
     """Wait until process ``pid`` has an inotify watch armed on the directory ``path``: from
     then on a change there reaches the watcher (the kernel queues the events)."""
     await eventually(lambda: inotify_watches(path, pid) > 0, timeout)
+
+
+def child_states(pid: int | str = "self") -> dict[int, str]:
+    """Process ``pid``'s children and the state of each (``S``, ``R``; ``Z`` for a zombie), from
+    the lists the kernel keeps per thread (``/proc/<pid>/task/<tid>/children``)."""
+    found: dict[int, str] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            listed = (task / "children").read_text().split()
+        except OSError:
+            continue  # a thread that ended while we looked
+        for child in map(int, listed):
+            try:
+                stat = Path(f"/proc/{child}/stat").read_text()
+            except OSError:
+                continue  # reaped since
+            found[child] = stat[stat.rfind(")") + 2 :].split()[0]
+    return found
