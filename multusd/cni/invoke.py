@@ -6,7 +6,9 @@ real one. It owns the process for its whole life: each plugin leads its own proc
 a timeout or a cancellation the *group* is terminated, killed if it lingers, and reaped before
 control returns, because asyncio does none of that by itself and a leaked plugin (or a script's
 ``sleep`` child, which outlives a killed shell) keeps holding netns and IPAM state. How a group
-is ended, and the daemon made the subreaper of its orphans, is :mod:`multusd.cni.reaper`.
+is ended, and the daemon made the subreaper of its orphans, is :mod:`multusd.cni.reaper`. What
+it keeps of a plugin's output is bounded, and a plugin printing more than a result's worth on
+stdout is killed the same way (:mod:`multusd.cni.output`).
 
 How long a plugin may run is the shorter of the executor's ``timeout`` and the deadline of the
 request it runs for (:func:`plugin_deadline`, a context variable the server sets per request):
@@ -39,6 +41,8 @@ from cni_shim.goquote import go_quote
 from cni_shim.gosyscall import errno_text, exit_text
 from multusd.cni.admission import MemoryAdmission
 from multusd.cni.admission import shared as shared_admission
+from multusd.cni.orphans import LIVE_PLUGINS
+from multusd.cni.output import OutputTooLarge, PluginOutput
 from multusd.cni.reaper import kill_and_reap
 from multusd.timeline import note_part
 
@@ -50,6 +54,13 @@ UNKNOWN = 0
 #: Spec code for a plugin that ran past the executor's timeout. "Try again later" because the
 #: plugin did not fail on its own: the runtime retrying is the useful reaction.
 TIMEOUT_CODE = errors.TRY_AGAIN_LATER
+
+#: Code for a plugin that printed more on stdout than the daemon reads (``output.MAX_STDOUT``).
+#: Upstream has no such error (libcni reads whatever a plugin prints), so the code is ours: 999,
+#: libcni's ``ErrInternal``. Not 6 (decoding failure): nothing was decoded, and the output may
+#: well be valid; not 11 (try again later): the same plugin prints the same again, so a retry
+#: only repeats it; no other spec code is about a plugin's output.
+OUTPUT_CODE = errors.INTERNAL
 
 
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -274,33 +285,51 @@ class SubprocessExecutor:
         name = os.path.basename(path)
         started = time.monotonic()
         try:
-            proc = await self._spawn(path, env, stdin_fd)
+            proc = await LIVE_PLUGINS.spawned(self._spawn(path, env, stdin_fd))  # orphans.py
         finally:
             os.close(stdin_fd)  # the child holds its own copy
         spawned = time.monotonic()
         note_part(f"spawn[{name}]", spawned - started)
         if (starts := _starts.get()) is not None:
             starts.count += 1
+        assert proc.stdout is not None and proc.stderr is not None  # pipes, from _spawn
+        output = PluginOutput(proc.stdout, proc.stderr)  # read from now on (output.py)
         try:
-            async with asyncio.timeout(limit):
-                stdout, stderr = await proc.communicate()
-        except TimeoutError:
-            await kill_and_reap(proc, self.kill_grace)
-            raise CNIError(
-                TIMEOUT_CODE,
-                f"netplugin {path} did not finish within {limit:.3g}s{why} and was killed",
-            ) from None
-        except BaseException:
-            # Cancellation (or anything else): never leave the plugin running behind us.
-            await kill_and_reap(proc, self.kill_grace)
-            raise
+            try:
+                async with asyncio.timeout(limit):
+                    await output.ended()
+                    await proc.wait()
+            except TimeoutError:
+                await kill_and_reap(proc, self.kill_grace)
+                raise CNIError(
+                    TIMEOUT_CODE,
+                    f"netplugin {path} did not finish within {limit:.3g}s{why} and was killed",
+                ) from None
+            except OutputTooLarge as exc:
+                await kill_and_reap(proc, self.kill_grace)
+                raise CNIError(
+                    OUTPUT_CODE,
+                    f"netplugin {path} printed more than {exc.cap} bytes on stdout (the most "
+                    "the daemon reads of a plugin's result) and was killed",
+                ) from None
+            except BaseException:
+                # Cancellation (or anything else): never leave the plugin running behind us.
+                await kill_and_reap(proc, self.kill_grace)
+                raise
+        finally:
+            await output.close()  # the pipes were read until the plugin was reaped
         note_part(f"run[{name}]", time.monotonic() - spawned)
         returncode = proc.returncode
-        assert returncode is not None  # communicate() returns only after the process exited
+        assert returncode is not None  # wait() returns only after the process exited
+        stdout, stderr = output.stdout, output.stderr
         if returncode != 0:
-            raise plugin_error(exit_text(returncode), stdout, stderr)
+            error = plugin_error(exit_text(returncode), stdout, stderr)
+            if not stdout and output.stderr_dropped:  # the message quotes only stderr's end
+                error = CNIError(error.code, error.msg, _tail_note(output))
+            raise error
         if stderr:
-            log.debug("plugin %s stderr: %s", path, stderr.decode("utf-8", "replace"))
+            note = f" ({_tail_note(output)})" if output.stderr_dropped else ""
+            log.debug("plugin %s stderr%s: %s", path, note, stderr.decode("utf-8", "replace"))
         return stdout
 
     async def _spawn(
@@ -354,6 +383,10 @@ def _stdin_file(data: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _tail_note(output: PluginOutput) -> str:
+    return f"stderr: its last {len(output.stderr)} of {output.stderr_total} bytes"
 
 
 def _limit(timeout: float | None, deadline: float | None) -> tuple[float | None, str]:

@@ -31,7 +31,7 @@ from multusd.commands.delegate import (
 )
 from multusd.commands.runtime_conf import device_info_path, runtime_for
 from multusd.k8s.devinfo import copy_device_plugin_info, load_device_info
-from multusd.k8s.pods import PodLookup
+from multusd.k8s.pods import AnnotationsTooLarge, PodLookup
 from multusd.networks.delegates import Delegate
 from multusd.networks.gateways import route_actions
 from multusd.networks.netconf import NetConf, load_netconf
@@ -99,6 +99,12 @@ async def _default_routes(
 
 class _CacheNotSaved(CNIError):
     """The delegate cache could not be written: nothing ran, so nothing is rolled back."""
+
+
+class _StatusRefused(CNIError):
+    """The network-status annotation was refused before it was written, for its size
+    (:class:`~multusd.k8s.pods.AnnotationsTooLarge`): every retry would be refused the same way,
+    so the ADD rolls its delegates back at once, as for a failing delegate."""
 
 
 async def _save_and_check(
@@ -202,10 +208,13 @@ async def add(cmd: CmdArgs, services: Services) -> dict[str, Any]:
         raise
     attached = list(zip(delegates, found, ifnames, strict=True))
     failed, status_error = await asyncio.gather(
-        writes.settle(), _status_write(services, cmd, k8s, attached)
+        writes.settle(), _status_write(services, cmd, k8s, attached, pod)
     )
     await _fail_on_unwritten(failed, services, netconf, cmd, k8s, added=delegates)
     if status_error is not None:
+        # Any other failed write leaves the delegates to the runtime's DEL, as upstream does.
+        if isinstance(status_error, _StatusRefused):
+            await _rollback(services, netconf, cmd, k8s, delegates)
         raise status_error
     return _master_result(delegates, found)
 
@@ -238,32 +247,43 @@ def _adding_failed(k8s: K8sArgs, name: str, exc: CNIError) -> CNIError:
 
 
 async def _status_write(
-    services: Services, cmd: CmdArgs, k8s: K8sArgs, attached: list[tuple[Delegate, Any, str]]
+    services: Services,
+    cmd: CmdArgs,
+    k8s: K8sArgs,
+    attached: list[tuple[Delegate, Any, str]],
+    pod: dict[str, Any] | None,
 ) -> CNIError | None:
     """The network-status PATCH, when the daemon talks to an API server; its error if any."""
     if services.pods is None:
         return None
     try:
         with services.metrics.phase("status_write"):
-            await _write_network_status(services.pods, cmd, k8s, attached)
+            await _write_network_status(services.pods, cmd, k8s, attached, pod)
     except CNIError as exc:
         return exc
     return None
 
 
 async def _write_network_status(
-    pods: PodLookup, cmd: CmdArgs, k8s: K8sArgs, attached: list[tuple[Delegate, Any, str]]
+    pods: PodLookup,
+    cmd: CmdArgs,
+    k8s: K8sArgs,
+    attached: list[tuple[Delegate, Any, str]],
+    pod: dict[str, Any] | None,
 ) -> None:
-    """One entry list for every attached delegate (with its device info), one PATCH."""
+    """One entry list for every attached delegate (with its device info), one PATCH; ``pod``,
+    as looked up, is what the value's size is judged with (``PodLookup.set_network_status``)."""
     statuses = []
     for delegate, result, ifname in attached:
         info = None
         if delegate.device_id:
             info = await load_device_info(device_info_path(cmd, delegate, ifname))
         statuses += statuses_for(result, delegate.name, delegate.master, info)
+    value = annotation_value(statuses)
     try:
-        await pods.set_network_status(k8s.pod_namespace, k8s.pod_name, annotation_value(statuses))
+        await pods.set_network_status(k8s.pod_namespace, k8s.pod_name, value, pod=pod)
     except CNIError as exc:
-        raise exc.with_prefix(
-            f"Multus: [{k8s.label()}]: error setting the networks status: "
-        ) from exc
+        prefix = f"Multus: [{k8s.label()}]: error setting the networks status: "
+        if isinstance(exc, AnnotationsTooLarge):
+            raise _StatusRefused(exc.code, prefix + exc.msg, exc.details) from exc
+        raise exc.with_prefix(prefix) from exc

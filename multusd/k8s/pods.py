@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,52 @@ log = logging.getLogger(__name__)
 
 CONFIG_SOURCE = "kubernetes.io/config.source"
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
+
+ANNOTATIONS_LIMIT = 256 * 1024
+"""kube-apiserver's ``TotalAnnotationSizeLimitB``: the most all of an object's annotations may
+hold, counted as the bytes of every key and value (apimachinery ``ValidateAnnotationsSize``).
+An update past it is refused: 422, ``metadata.annotations: Too long: must have at most 262144
+bytes``."""
+
+
+class AnnotationsTooLarge(CNIError):
+    """The network-status annotation would take the pod's annotations past
+    :data:`ANNOTATIONS_LIMIT`: refused before any request, since the API server would refuse it
+    and so it would again on every retry."""
+
+    __slots__ = ()
+
+
+def _utf8_len(text: str) -> int:
+    """Go's ``len`` of the string: its UTF-8 bytes (a lone surrogate, which Go decodes as
+    U+FFFD, counts 3 bytes either way)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_status_size(namespace: str, name: str, value: str, pod: Mapping[str, Any] | None) -> None:
+    """Refuse a network-status ``value`` that would take the pod past :data:`ANNOTATIONS_LIMIT`.
+
+    The PATCH replaces one annotation and keeps the others, so what counts is ``value`` and its
+    key plus the pod's other annotations, as ``pod`` has them: the pod the ADD looked up (watch
+    cache or GET), whose trimmed form keeps every annotation (``store.trim_pod``). Without a
+    pod, only the value and its key count. One added since that read shows as the API server's
+    own 422, which fails the write like any refusal.
+    """
+    own = _utf8_len(NETWORK_STATUS) + _utf8_len(value)
+    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+    others = sum(
+        _utf8_len(key) + _utf8_len(text)
+        for key, text in annotations.items()
+        if key != NETWORK_STATUS  # replaced by the PATCH
+    )
+    if own + others > ANNOTATIONS_LIMIT:
+        raise AnnotationsTooLarge(
+            INTERNAL,
+            f"SetNetworkStatus: refusing to write the network-status annotation of pod "
+            f"{namespace}/{name}: with it the pod's annotations would hold {own + others} bytes "
+            f"({own} of them network-status, {others} the others), over the API server's limit "
+            f"of {ANNOTATIONS_LIMIT} bytes for all of a pod's annotations",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +169,13 @@ class PodLookup:
                 return None
             raise CNIError(INTERNAL, f"Multus: [{label}]: error waiting for pod: {exc}") from exc
 
-    async def set_network_status(self, namespace: str, name: str, value: str) -> bool:
+    async def set_network_status(
+        self, namespace: str, name: str, value: str, *, pod: Mapping[str, Any] | None = None
+    ) -> bool:
         """One merge PATCH of the annotation on ``pods/status``; ``False`` if the pod is gone.
+
+        A value the API server would refuse for its size, with ``pod``'s other annotations, is
+        refused first (:func:`check_status_size`, :class:`AnnotationsTooLarge`), with no request.
 
         Upstream reads the pod and PUTs it back (two requests, and a conflict loop); a merge
         patch of one annotation needs neither. Throttling (429, or a 5xx with Retry-After) is
@@ -132,6 +184,7 @@ class PodLookup:
         write an ADD depends on: giving up fails the ADD and makes the runtime tear down and
         re-create the whole sandbox, so it is worth the persistence.
         """
+        check_status_size(namespace, name, value, pod)
         body = {"metadata": {"annotations": {NETWORK_STATUS: value}}}
         delay = self.settings.status_backoff
         for attempt in range(1, self.settings.status_attempts + 1):

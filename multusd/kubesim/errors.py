@@ -149,6 +149,18 @@ def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiEr
     return ApiError(422, "Invalid", f'{rt.kind} "{name}" is invalid: {text}', details)
 
 
+def too_long(rt: ResourceType, name: str, field: str, limit: int) -> ApiError:
+    """422 for a field past its size limit, as ``errors.NewInvalid`` renders ``field.TooLong``
+    (cause ``FieldValueTooLong``; the value itself left out). The message names the kind with
+    its group, ``GroupKind.String()``: ``Pod``, ``NetworkAttachmentDefinition.k8s.cni.cncf.io``."""
+    detail = f"Too long: must have at most {limit} bytes"
+    details = _details(rt, name)
+    details["kind"] = rt.kind
+    details["causes"] = [{"reason": "FieldValueTooLong", "message": detail, "field": field}]
+    kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {field}: {detail}', details)
+
+
 def too_many_requests(retry_after: int) -> ApiError:
     return ApiError(
         429,

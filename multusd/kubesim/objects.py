@@ -5,6 +5,8 @@ Server-set metadata (uid, creationTimestamp, generation), the per-kind defaults 
 rules: a PUT to the main resource keeps the stored ``status``, a PUT to ``status`` keeps the
 stored ``spec``. Multus writes its network-status annotation through ``pods/status``; that works
 on a real cluster because the pod status strategy keeps metadata changes, and it does here.
+Validation is the part clients meet: names, and the total size of annotations (256 KiB), which
+a network-status annotation can run into.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from multusd.kubesim.errors import bad_request, invalid
+from multusd.kubesim.errors import bad_request, invalid, too_long
 from multusd.kubesim.resources import NAMESPACES, PODS, ResourceType
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -24,6 +26,9 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 # Fields only the server sets; a client's values are discarded on create.
 _SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "selfLink")
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
+"""kube-apiserver's ``TotalAnnotationSizeLimitB``: all of an object's annotation keys and values,
+in bytes (apimachinery ``ValidateAnnotationsSize``), on every create and update, of any kind."""
 
 
 def clone(value: Any) -> Any:
@@ -116,6 +121,19 @@ def _validate_name(rt: ResourceType, name: str) -> None:
         )
 
 
+def _validate_annotations_size(rt: ResourceType, name: str, meta: dict[str, Any]) -> None:
+    """Refuse annotations past :data:`TOTAL_ANNOTATION_SIZE_LIMIT`, counted as Go's ``len``
+    counts a string: UTF-8 bytes (values are strings by now: ``_check_string_maps``)."""
+    annotations = meta.get("annotations") or {}
+    total = sum(_utf8_len(key) + _utf8_len(value) for key, value in annotations.items())
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+        raise too_long(rt, name, "metadata.annotations", TOTAL_ANNOTATION_SIZE_LIMIT)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def _defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
     if rt is PODS:
         spec = obj.setdefault("spec", {})
@@ -162,6 +180,7 @@ def prepare_create(
         name = prefix + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
         meta["name"] = name
     _validate_name(rt, name)
+    _validate_annotations_size(rt, name, meta)
     for key in _SERVER_META:
         meta.pop(key, None)
     meta["uid"] = str(uuid.uuid4())
@@ -234,6 +253,7 @@ def prepare_update(
             new.pop("status", None)
     if rt is NAMESPACES:
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = old_meta["name"]
+    _validate_annotations_size(rt, old_meta["name"], meta)
     if rt.has_generation:
         generation = int(old_meta.get("generation", 1))
         changed = {

@@ -177,3 +177,83 @@ async def test_events_k8s_io_group(kubesim: KubeSim, http: aiohttp.ClientSession
     assert listed["kind"] == "EventList" and listed["apiVersion"] == "events.k8s.io/v1"
     assert [e["metadata"]["name"] for e in listed["items"]] == ["web.1"]
     assert kubesim.stats.count("create", "events") == 1
+
+
+LIMIT = 262144  # kube-apiserver's TotalAnnotationSizeLimitB
+TOO_LONG = "Too long: must have at most 262144 bytes"
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def _annotations(total: int, char: str = "x") -> dict[str, str]:
+    """One annotation whose key and value hold ``total`` bytes (``char`` is 1 or 2 of them)."""
+    key = "example.com/blob"
+    return {key: char * ((total - len(key)) // len(char.encode()))}
+
+
+async def _refused(resp: aiohttp.ClientResponse, kind: str, name: str) -> dict[str, Any]:
+    """The 422 kube-apiserver answers for annotations past the limit; returns its details."""
+    assert resp.status == 422, await resp.text()
+    status = await resp.json()
+    assert (status["reason"], status["code"]) == ("Invalid", 422)
+    assert status["message"] == f'{kind} "{name}" is invalid: metadata.annotations: {TOO_LONG}'
+    assert status["details"]["causes"] == [
+        {"reason": "FieldValueTooLong", "message": TOO_LONG, "field": "metadata.annotations"}
+    ]
+    details: dict[str, Any] = status["details"]
+    return details
+
+
+async def test_annotations_past_256_kib_are_refused_on_create(http: aiohttp.ClientSession):
+    """The limit holds for all annotations together, keys included, counted in bytes: at it is
+    fine, one byte more is not, nor are fewer characters that take more bytes."""
+    split = {"a.example/one": "x" * 100_000}
+    split["b.example/two"] = "y" * (LIMIT - 2 * len("a.example/one") - 100_000)
+    async with http.post(PODS, json=pod("at-limit", annotations=split)) as resp:
+        assert resp.status == 201, await resp.text()
+    async with http.post(PODS, json=pod("over", annotations=_annotations(LIMIT + 1))) as resp:
+        details = await _refused(resp, "Pod", "over")
+    assert (details["name"], details["kind"]) == ("over", "Pod")
+    wide = _annotations(LIMIT + 2, "é")
+    assert sum(len(k) + len(v) for k, v in wide.items()) < LIMIT  # in characters, it fits
+    async with http.post(PODS, json=pod("wide", annotations=wide)) as resp:
+        await _refused(resp, "Pod", "wide")
+    nad = {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "n", "annotations": _annotations(LIMIT + 1)},
+        "spec": {"config": "{}"},
+    }
+    nads = "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions"
+    async with http.post(nads, json=nad) as resp:
+        details = await _refused(resp, "NetworkAttachmentDefinition.k8s.cni.cncf.io", "n")
+    assert details["group"] == "k8s.cni.cncf.io"
+
+
+async def test_annotations_past_256_kib_are_refused_on_update_and_patch(
+    kubesim: KubeSim, http: aiohttp.ClientSession
+):
+    """A pod at the limit: a PUT, a merge PATCH of ``pods/status`` (how Multus writes its
+    network-status), a JSON patch and a strategic merge patch that add to it are refused, and
+    the stored pod stays as it was; a patch that takes some away is taken."""
+    kubesim.create(pod("full", annotations=_annotations(LIMIT)))
+    before = kubesim.get("pods", "default", "full")
+    body = kubesim.get("pods", "default", "full")
+    body["metadata"]["annotations"]["k"] = "v"
+    async with http.put(f"{PODS}/full", json=body) as resp:
+        await _refused(resp, "Pod", "full")
+    status = {"metadata": {"annotations": {"k8s.v1.cni.cncf.io/network-status": "[]"}}}
+    json_patch = [{"op": "add", "path": "/metadata/annotations/k", "value": "v"}]
+    for url, content_type, patch in (
+        (f"{PODS}/full/status", "application/merge-patch+json", status),
+        (f"{PODS}/full", "application/json-patch+json", json_patch),
+        (f"{PODS}/full", "application/strategic-merge-patch+json", status),
+    ):
+        headers = {"Content-Type": content_type}
+        async with http.patch(url, data=json.dumps(patch), headers=headers) as resp:
+            await _refused(resp, "Pod", "full")
+    assert kubesim.get("pods", "default", "full") == before
+    smaller = {"metadata": {"annotations": _annotations(LIMIT - 100)}}
+    smaller["metadata"]["annotations"]["k"] = "v"
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with http.patch(f"{PODS}/full", data=json.dumps(smaller), headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
