@@ -10,7 +10,7 @@ Order, as upstream: wait for the readiness indicator and the primary CNI config,
 socket (so a second daemon is refused at once), connect to the API server and fill the pod and
 NAD caches (bounded wait), then serve.
 
-Every stage is bounded and every stage honours SIGTERM/SIGINT:
+Every stage is bounded and every stage honours the stop signals (``STOP_SIGNALS``):
 
 * **Start-up** runs inside one cancel scope (``_Startup``): a signal during any wait (the
   readiness indicator's 45 s, the primary config's 120 s, the caches' 20 s) ends that wait at
@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from multusd import logs
+from multusd.cni.orphans import OrphanReaper
 from multusd.config.daemon import DaemonConfig
 from multusd.config.manager import ConfigManager
 from multusd.config.readiness import (
@@ -54,8 +55,15 @@ from multusd.config.static import install_static_config
 from multusd.daemon_parts import bound, cluster_or_none, metrics_site, serving
 from multusd.errors import EXIT_READINESS_LOST
 from multusd.server.handlers import DaemonState
+from multusd.server.listener import SocketSite
 
 log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+"""Each ends the daemon as SIGTERM does (docs/operations.md, "Signals"): the runtime's SIGTERM,
+and what a terminal sends (SIGINT: Ctrl-C, SIGQUIT: Ctrl-\\, SIGHUP: it closed; ``kill -HUP``
+by habit), whose default actions end the process on the spot, leaving a stale socket and
+``00-multus.conf`` behind. There is nothing to reload on SIGHUP: the config is read once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +197,7 @@ async def run(
     settings: ShutdownSettings | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT (exit 0, also during start-up), the readiness indicator's
+    """Serve until a stop signal (exit 0, also during start-up), the readiness indicator's
     removal (exit 2), or a fatal background failure (exit 1). Start-up failures raise
     ``StartupError``. Once this returns or shutdown begins, the process ends within
     ``settings.exit_deadline`` (see ``ExitDeadline``): call it only as the process's main."""
@@ -217,7 +225,7 @@ async def run(
             log.info("received %s: shutting down", name)
         stop.set()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
     state = DaemonState()
     exit_code = 0
@@ -240,6 +248,7 @@ async def run(
     try:
         async with contextlib.AsyncExitStack() as stack:
             manager: ConfigManager | None = None
+            site: SocketSite | None = None
             try:
                 async with startup.scope():
                     readiness = ReadinessSettings()
@@ -266,7 +275,7 @@ async def run(
                     startup.phase = "starting the server"
                     metrics = await stack.enter_async_context(metrics_site(config, state, cluster))
                     if not stop.is_set():
-                        await stack.enter_async_context(
+                        site = await stack.enter_async_context(
                             serving(
                                 sock, config, raw, state, cluster=cluster, metrics=metrics,
                                 cancel_timeout=settings.cancel_timeout,
@@ -280,10 +289,13 @@ async def run(
             # Outside the cancel scope: a signal from here on is an ordinary shutdown, so a
             # config write in progress completes and is then removed like any other.
             if serving_now:
+                _own(tasks, OrphanReaper().run(), "orphan-reaper", task_done)  # cni/orphans.py
                 # The shim-facing config appears only once the daemon answers (upstream).
                 if manager is not None:
                     await manager.write_config()
                     _own(tasks, manager.watch(), "config-watch", task_done)
+                if site is not None:  # its file lost: bound again, or /healthz says why not
+                    _own(tasks, sock.keep(site, state), "socket-guard", task_done)
                 if config.readiness_indicator_file and not config.benchmark_readiness_stat:
                     watch = watch_until_removed(config.readiness_indicator_file, readiness)
                     _own(tasks, watch, "readiness-watch", task_done)
@@ -302,7 +314,7 @@ async def run(
     finally:
         deadline.arm()
         await _cancel_all(tasks, task_done)
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
     if state.failure:
         log.error("daemon stopped: %s", state.failure)

@@ -3,7 +3,8 @@
 ``multusd/daemon.py`` decides the order, the phases and the exit code; this module decides what
 each part is made of, so that the supervisor's exit stack can unwind each one on its own way out:
 
-* :func:`bound`: the unix socket, bound once the daemon is known to run as root, removed on exit;
+* :func:`bound`: the instance lock and the unix socket, bound once the daemon is known to run as
+  root, kept at its path while serving (``server.socketguard``), removed on exit;
 * :func:`cluster_or_none`: the API client and the pod and NAD caches (a bounded wait for them
   to sync), and what ``/readyz`` says of them (:func:`ready_reason`); ``None`` without
   Kubernetes (:func:`wants_kubernetes`);
@@ -43,7 +44,8 @@ from multusd.server.health import HOST as HEALTH_HOST
 from multusd.server.health import health_site
 from multusd.server.listener import SocketSite, socket_server
 from multusd.server.runner import runner_options
-from multusd.server.socket import BoundSocket, bind_socket, prepare_socket_dir
+from multusd.server.socket import InstanceLock, bind_socket, prepare_socket_dir
+from multusd.server.socketguard import SocketGuard
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +62,26 @@ def wants_kubernetes(config: DaemonConfig, environ: Mapping[str, str]) -> bool:
 
 
 @contextlib.contextmanager
-def bound(config: DaemonConfig) -> Iterator[BoundSocket]:
+def bound(config: DaemonConfig) -> Iterator[SocketGuard]:
+    """The lock first (a second daemon is refused even when the first's socket file is gone),
+    then the socket; on exit the socket file goes before the lock, so that a daemon starting
+    the moment the lock is free finds no socket of ours."""
     if os.geteuid() != 0:
         raise StartupError(
             "failed to run multus-daemon with root: permission denied, "
             f"now running in uid: {os.geteuid()}"
         )
-    prepare_socket_dir(config.socket_dir)
-    sock = bind_socket(config.socket_path)
+    lock = InstanceLock.acquire(config.socket_path)
     try:
-        yield sock
+        lock.answer(asyncio.get_running_loop())
+        prepare_socket_dir(config.socket_dir)
+        guard = SocketGuard(bind_socket(config.socket_path))
+        try:
+            yield guard
+        finally:
+            guard.close()
     finally:
-        sock.sock.close()
-        sock.unlink()
+        lock.close()
 
 
 @contextlib.asynccontextmanager
@@ -142,10 +151,11 @@ def ready_reason(cluster: Cluster, sync_timeout: float) -> str:
 
 @contextlib.asynccontextmanager
 async def serving(
-    sock: BoundSocket, config: DaemonConfig, raw: dict[str, Any], state: DaemonState,
+    sock: SocketGuard, config: DaemonConfig, raw: dict[str, Any], state: DaemonState,
     *, cluster: Cluster | None, metrics: Recorder, cancel_timeout: float,
 ) -> AsyncIterator[SocketSite]:  # fmt: skip
-    """Serve ``/cni`` on the bound socket until the context exits.
+    """Serve ``/cni`` on the bound socket until the context exits (the supervisor keeps the
+    socket at its path meanwhile: ``SocketGuard.keep`` on the site yielded).
 
     On exit, every request still running is cancelled through its queue (its plugins killed);
     a handler still running after that gets ``cancel_timeout`` to return and ``cancel_timeout``
@@ -190,7 +200,7 @@ async def serving(
         readiness_check=_readiness_stat(config),
     )
     async with socket_server(
-        sock.sock, handlers, cancel_timeout=cancel_timeout, metrics=metrics
+        sock.current.sock, handlers, cancel_timeout=cancel_timeout, metrics=metrics
     ) as site:
         try:
             log.info("listening on %s (%s)", config.socket_path, state.ready_reason)

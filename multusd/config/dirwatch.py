@@ -1,9 +1,14 @@
-"""Watching ``multusAutoconfigDir`` for as long as the daemon runs, whatever happens to it.
+"""Watching a directory for as long as the daemon runs, whatever happens to it.
 
 Upstream's fsnotify watch dies silently when the directory is removed or replaced; this one is
-on the directory, notices a new inode and re-arms, and polls (one tick at a time) while there
-is no directory to watch. Batches are debounced by watchfiles, and a periodic tick (an empty
-batch) lets the owner retry what failed and notice a dead watch.
+on the directory, notices a new directory at the path and re-arms, and polls (one tick at a
+time) while there is no directory to watch. Batches are debounced by watchfiles, and a periodic
+tick (an empty batch) lets the owner retry what failed and notice a dead watch.
+
+A new directory is told from the watched one by its device and inode, and the watched one is
+held open while it is watched (:func:`pin`): otherwise ``rm -rf`` and ``mkdir`` of the same
+path hand the new directory the inode number the old one just freed (ext4 does, at once), the
+two look the same, and the watch stays on the removed one, seeing nothing ever again.
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ async def watch_directory(
     """
     warned = False
     while True:
-        dir_id = await asyncio.to_thread(_dir_id, directory)
-        if dir_id is None:
+        pinned = await asyncio.to_thread(pin, directory)
+        if pinned is None:
             await asyncio.sleep(tick)
             continue
+        fd, dir_id = pinned
         try:
             await sync()  # catch up with what happened while nothing watched
             await _watch_until_replaced(
@@ -56,11 +62,13 @@ async def watch_directory(
                 log.warning("cannot watch %s (%s); retrying", directory, exc)
                 warned = True
             await asyncio.sleep(tick)
+        finally:
+            os.close(fd)
 
 
 async def _watch_until_replaced(
     directory: str,
-    dir_id: DirId,
+    watched: DirId,
     *,
     sync: Callable[[], Awaitable[None]],
     relevant: Callable[[Change, str], bool],
@@ -82,7 +90,7 @@ async def _watch_until_replaced(
     armed = True  # once more after the watch is armed (race window)
     async with aclosing(changes):
         async for batch in changes:
-            if await asyncio.to_thread(_dir_id, directory) != dir_id:
+            if await asyncio.to_thread(dir_id, directory) != watched:
                 log.info("%s was removed or replaced; re-arming the watch", directory)
                 return
             if batch or armed or retry_due():
@@ -90,7 +98,22 @@ async def _watch_until_replaced(
                 await sync()
 
 
-def _dir_id(directory: str) -> DirId | None:
+def pin(directory: str) -> tuple[int, DirId] | None:
+    """``directory`` opened, and its identity; ``None`` when there is none.
+
+    The descriptor is held while the directory is watched and closed after: while it is open
+    the directory's inode is not freed even once the directory is removed, so a directory made
+    at the path meanwhile gets another number and :func:`dir_id` tells the two apart.
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    return fd, (st.st_dev, st.st_ino)
+
+
+def dir_id(directory: str) -> DirId | None:
     try:
         st = os.stat(directory)
     except OSError:

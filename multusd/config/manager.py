@@ -15,7 +15,9 @@ This module generates and writes the file; the pieces around it:
 * :mod:`multusd.config.primary_choice`: which file is the primary, found at start-up and kept
   (upstream), or followed with ``followPrimaryConfig``;
 * :mod:`multusd.config.dirwatch`: the watch on ``multusAutoconfigDir``, re-armed when the
-  directory is removed or replaced, with a periodic tick;
+  directory is removed or replaced, with a periodic tick; and, when ``cniConfigDir`` is another
+  directory, a second one on it, whose only work is to write the file again when the
+  directory is removed or replaced (nothing else would until the primary changed);
 * :mod:`multusd.config.restart_note`: the note left for the next daemon;
 * :mod:`multusd.config.static`: the non-auto mode's one-time copy of ``multusConfigFile``.
 
@@ -24,8 +26,10 @@ Where this differs from upstream (docs/upstream.md, "Config generation"), on pur
 * Every write is atomic (temp + fsync + rename, mode 0644), and nothing is written when the
   primary cannot be read or decoded: the last good file stays. Upstream truncates in place and
   writes an *empty* file when a writer has the primary half-written.
-* The watch is on the directory and survives it being removed or replaced (re-armed by inode);
-  upstream's fsnotify watch dies silently. Batches are debounced by watchfiles; a periodic tick
+* The watch is on the directory and survives it being removed or replaced (re-armed by inode,
+  the watched directory held open so that its number is not handed on); upstream's fsnotify
+  watch dies silently. A conf dir that comes back gets ``00-multus.conf`` again at once, the
+  primary untouched. Batches are debounced by watchfiles; a periodic tick
   (``recheck_interval``) notices a dead watch and retries a generation that failed.
 * The primary found at start-up is kept for the life of the process, as upstream does; only
   the opt-in ``followPrimaryConfig`` re-chooses it (``primary_choice``).
@@ -124,6 +128,8 @@ class ConfigManager:
         self._written = False
         self._pending = False
         self._last_error = ""
+        self._syncing = asyncio.Lock()
+        """The two watches' syncs take turns (``cniConfigDir`` apart)."""
 
     @property
     def primary_path(self) -> str:
@@ -228,23 +234,47 @@ class ConfigManager:
     # watching
 
     async def watch(self) -> None:
-        """Regenerate on every relevant change in ``multusAutoconfigDir``; runs until cancelled,
-        which is how shutdown begins: then the restart note is left (:meth:`leave_restart_note`)."""
+        """Regenerate on every relevant change in ``multusAutoconfigDir``, and whenever that
+        directory or ``cniConfigDir`` comes back after being removed or replaced; runs until
+        cancelled, which is how shutdown begins: then the restart note is left
+        (:meth:`leave_restart_note`)."""
         settings = self._settings
+        output_dir = self.output_path.parent
+        # Compared by name: two names of one directory only cost a second, idle watch.
+        apart = output_dir != Path(self._primary.directory)
         try:
-            await watch_directory(
-                self._primary.directory,
-                self._sync,
-                relevant=self._primary.relevant,
-                retry_due=lambda: self._pending,
-                step_ms=settings.step_ms,
-                debounce_ms=settings.debounce_ms,
-                tick=settings.recheck_interval,
-            )
+            async with asyncio.TaskGroup() as watches:
+                watches.create_task(
+                    watch_directory(
+                        self._primary.directory,
+                        self._sync,
+                        relevant=self._primary.relevant,
+                        retry_due=lambda: self._pending,
+                        step_ms=settings.step_ms,
+                        debounce_ms=settings.debounce_ms,
+                        tick=settings.recheck_interval,
+                    )
+                )
+                if apart:  # only its (re)arming syncs: the file is written again if missing
+                    watches.create_task(
+                        watch_directory(
+                            str(output_dir),
+                            self._sync,
+                            relevant=lambda _change, _path: False,
+                            retry_due=lambda: False,
+                            step_ms=settings.step_ms,
+                            debounce_ms=settings.debounce_ms,
+                            tick=settings.recheck_interval,
+                        )
+                    )
         finally:
             self.leave_restart_note()
 
     async def _sync(self) -> None:
+        async with self._syncing:
+            await self._sync_now()
+
+    async def _sync_now(self) -> None:
         self._pending = False
         if await self._primary.follow():
             self._pending = True  # the primary is gone, within its grace: look again

@@ -66,6 +66,9 @@ class DaemonState:
     """What ``/readyz`` reports besides its status: how the caches came up."""
     failure: str = ""
     """Set when a background task died; the daemon then exits non-zero."""
+    unreachable: str = ""
+    """Why the shims cannot reach the daemon at its socket's path (``server.socketguard``),
+    ``""`` while they can; ``/healthz`` and ``/readyz`` answer 500 meanwhile."""
     idle: Callable[[], None] | None = field(default=None, repr=False)
 
 
@@ -363,14 +366,20 @@ class Handlers:
         return err
 
     async def healthz(self, request: web.Request) -> web.Response:
+        """200 while the daemon can be reached; 500 with the reason once its socket's path is
+        lost and cannot be bound again (``server.socketguard``): on ``healthPort`` the kubelet
+        then restarts it, rather than keep a daemon no shim can reach."""
+        if self.state.unreachable:
+            return web.Response(status=500, text=self.state.unreachable)
         return web.Response()
 
     async def readyz(self, request: web.Request) -> web.Response:
-        """200 while serving, 500 from the moment shutdown begins (upstream HEAD).
+        """200 while serving, 500 from the moment shutdown begins (upstream HEAD), and while
+        the shims cannot reach the daemon (``/healthz``).
 
         The body says how the daemon came up (``caches synced``, or serving after the bounded
         wait, or no Kubernetes); upstream sends no body and clients only read the status.
         """
-        status = 500 if self.state.shutting_down else 200
+        status = 500 if self.state.shutting_down or self.state.unreachable else 200
         body = gojson.dumps({"ready": status == 200, "caches": self.state.ready_reason})
         return web.Response(status=status, text=body, content_type="application/json")

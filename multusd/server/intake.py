@@ -214,19 +214,41 @@ class Intake:
 
     # --- accepting and looking ---------------------------------------------------------------
 
+    def replace_listener(self, listener: socket.socket) -> None:
+        """Accept from ``listener`` from now on, in place of the socket whose file was lost
+        (``server.socketguard``): nothing can connect to the old one any more, but what had
+        connected before its file went is still in its backlog, and is taken first."""
+        old, self.listener = self.listener, listener
+        listener.setblocking(False)
+        loop = self._loop
+        if loop is None or not self._accepting:
+            return  # not started, or closed: the owner closes the new socket
+        if loop.remove_reader(old.fileno()):  # else paused (out of fds): the resume adds it
+            loop.add_reader(listener.fileno(), self._accept)
+        self._take(old, None)
+        old.close()
+
     def _accept(self) -> None:
+        self._take(self.listener, ACCEPT_BATCH)
+
+    def _take(self, listener: socket.socket, limit: int | None) -> None:
+        """Accept up to ``limit`` connections (all that are queued: ``None``) and look at
+        each as it sends."""
         loop = self._loop
         assert loop is not None
-        for _ in range(ACCEPT_BATCH):
+        taken = 0
+        while limit is None or taken < limit:
+            taken += 1
             try:
-                sock, _addr = self.listener.accept()
+                sock, _addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     log.error("cannot accept connections: %s; pausing %gs", exc, EMFILE_PAUSE)
-                    loop.remove_reader(self.listener.fileno())
-                    self._later(EMFILE_PAUSE, self._resume_accepting)
+                    if listener is self.listener:
+                        loop.remove_reader(listener.fileno())
+                        self._later(EMFILE_PAUSE, self._resume_accepting)
                     return
                 log.warning("accept failed: %s", exc)
                 return

@@ -69,6 +69,13 @@ class SocketSite(web.BaseSite):
         self.intake = Intake(self._listening, self._serve, self.intake_limits)
         self.intake.start()
 
+    def replace_listener(self, sock: socket.socket) -> None:
+        """Serve on ``sock`` from now on: the socket bound again at the path after its file was
+        lost (``server.socketguard``); the old one is closed once its backlog is taken."""
+        self._listening = sock
+        if self.intake is not None:
+            self.intake.replace_listener(sock)
+
     async def stop(self) -> None:
         if self.intake is not None:
             self.intake.close()

@@ -503,3 +503,48 @@ async def test_force_cni_version_applies_to_a_primary_that_takes_over(confdir: P
         replace_json(confdir / "10-a.conf", {**MYCNI, "cniVersion": "0.3.1"})
         await eventually(lambda: read(out) == expected(confdir / "10-a.conf"))
     assert json.loads((confdir / "10-a.conf").read_text())["cniVersion"] == "0.4.0"
+
+
+async def test_a_directory_made_again_at_once_is_watched_again(
+    confdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``rm -rf`` and ``mkdir`` of the same path: ext4 gives the new directory the number the
+    old one freed, and a watch that compared numbers alone stayed on the removed directory."""
+    caplog.set_level(logging.INFO, logger="multusd.config")
+    auto = confdir / "net.d"
+    auto.mkdir()
+    write_json(auto / "10-a.conf", MYCNI)
+    config, raw = daemon_config(auto)
+    out = auto / "00-multus.conf"
+    async with watching(ConfigManager(config, raw, settings=FAST)):
+        shutil.rmtree(auto)
+        auto.mkdir()
+        write_json(auto / "10-a.conf", MYCNI)
+        await eventually(lambda: read(out) == expected(auto / "10-a.conf"))
+        await until_watched(auto)  # the new directory, not the removed one
+        write_json(auto / "10-a.conf", {**MYCNI, "capabilities": {"later": True}})
+        want = expected(auto / "10-a.conf", capabilities={"later": True})
+        await eventually(lambda: read(out) == want)
+
+
+async def test_a_conf_dir_apart_that_comes_back_gets_the_file_again(
+    confdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``cniConfigDir`` is not ``multusAutoconfigDir``: removed and made again (empty), it gets
+    ``00-multus.conf`` back without the primary being touched. Twice: the first time may fall
+    before the watch's first tick, which syncs anyway."""
+    caplog.set_level(logging.INFO, logger="multusd.config")
+    auto = confdir / "auto"
+    outdir = confdir / "out"
+    auto.mkdir()
+    outdir.mkdir()
+    write_json(auto / "10-a.conf", MYCNI)
+    config, raw = daemon_config(auto, cniConfigDir=str(outdir))
+    out = outdir / "00-multus.conf"
+    async with watching(ConfigManager(config, raw, settings=FAST)):
+        for _ in range(2):
+            await until_watched(outdir)
+            shutil.rmtree(outdir)
+            outdir.mkdir()
+            await eventually(lambda: read(out) == expected(auto / "10-a.conf"))
+        await eventually(lambda: f"{outdir} was removed or replaced" in caplog.text)

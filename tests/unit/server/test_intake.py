@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -262,3 +263,24 @@ def test_an_answer_without_serving_is_the_api_s_error_response_on_the_wire() -> 
     assert b"Content-Type: application/json" in lines and b"Connection: close" in lines
     assert f"Content-Length: {len(body)}".encode() in lines
     assert json.loads(body) == {"code": 11, "msg": "try again later"}
+
+
+async def test_a_new_listener_takes_over_and_the_old_backlog_is_served(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """The socket's file was lost and bound again (``server.socketguard``): a client that had
+    connected to the old socket before is still served, then new ones come through the new."""
+    early = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    early.connect(rig.path)  # in the old socket's backlog: the loop has not run since
+    early.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+    rig.clients.append(early)
+    old = rig.intake.listener
+    os.unlink(rig.path)
+    new = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    new.bind(rig.path)
+    new.listen(8)
+    rig.intake.replace_listener(new)
+    assert old.fileno() == -1  # taken from, then closed
+    await rig.send(b"GET /readyz HTTP/1.1\r\n\r\n")
+    await rig.settle(2)
+    assert sorted(head.split(b" ")[1] for head in rig.heads()) == [b"/healthz", b"/readyz"]
