@@ -213,7 +213,7 @@ async def output() -> dict[str, Any]:
                 "daemon_alive": alive,
                 "hwm_before_mib": round(hwm_before, 1),
                 "hwm_after_mib": round(proc_mib("VmHWM", pid=pid), 1) if alive else None,
-                "cache_left": len(list(daemon.cni_dir.glob("*"))) - 1,  # results/ dir aside
+                "cache_left": sum(1 for p in daemon.cni_dir.glob("*") if p.is_file()),
                 "reservations_left": reservations(w / "ipam"),
                 "processes_left": len(cgroup.pids()) - 1,  # the daemon itself
             }
