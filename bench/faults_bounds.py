@@ -90,6 +90,16 @@ def _plugin_dir(w: Path) -> Path:
     return bins
 
 
+async def _chain(w: Path, plugin: str, subnet: str) -> tuple[Path, dict[str, Any], Path]:
+    """The installed shim, a conflist of bridge + host-local then ``plugin`` (one of the run's
+    own), and the ``binDir`` that holds them."""
+    shim = await asyncio.to_thread(install_shim, w / "bin")
+    bridge = f"mbb{short_id()[:6]}"
+    conflist = {"cniVersion": "1.0.0", "name": f"{plugin}net",
+                "plugins": [bridge_plugin(bridge, w, subnet), {"type": plugin}]}  # fmt: skip
+    return shim, conflist, _plugin_dir(w)
+
+
 def zombie_children(pid: int) -> int:
     """How many of ``pid``'s children are zombies now."""
     count = 0
@@ -179,11 +189,7 @@ async def annotation() -> dict[str, Any]:
 
 async def output() -> dict[str, Any]:
     with workdir() as w, MemoryCgroup(MANIFEST_LIMIT, prefix="multusd-bounds") as cgroup:
-        shim = await asyncio.to_thread(install_shim, w / "bin")
-        bins = _plugin_dir(w)
-        bridge = f"mbb{short_id()[:6]}"
-        conflist = {"cniVersion": "1.0.0", "name": "loudnet", "plugins": [
-            bridge_plugin(bridge, w, "10.244.0.0/24"), {"type": "loud"}]}  # fmt: skip
+        shim, conflist, bins = await _chain(w, "loud", "10.244.0.0/24")
         async with _daemon(w, conflist, binDir=str(bins)) as daemon, _netns() as ns:
             await daemon.start(wait=False)
             assert daemon.proc is not None
@@ -221,11 +227,7 @@ async def output() -> dict[str, Any]:
 
 async def zombies(pairs: int = ZOMBIE_PAIRS) -> dict[str, Any]:
     with workdir() as w:
-        shim = await asyncio.to_thread(install_shim, w / "bin")
-        bins = _plugin_dir(w)
-        bridge = f"mbb{short_id()[:6]}"
-        conflist = {"cniVersion": "1.0.0", "name": "leavingnet", "plugins": [
-            bridge_plugin(bridge, w, "10.245.0.0/24"), {"type": "leaving"}]}  # fmt: skip
+        shim, conflist, bins = await _chain(w, "leaving", "10.245.0.0/24")
         async with _daemon(w, conflist, binDir=str(bins)) as daemon, _netns() as ns:
             await daemon.start()
             assert daemon.proc is not None

@@ -91,3 +91,21 @@ def child_states(pid: int | str = "self") -> dict[int, str]:
                 continue  # reaped since
             found[child] = stat[stat.rfind(")") + 2 :].split()[0]
     return found
+
+
+def group_members(pgid: int, *, zombies: bool = True) -> list[int]:
+    """Every process whose process group is ``pgid`` (without ``zombies``: only those still
+    running; a zombie was killed and waits for whoever inherited it to reap it)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid pgrp ...": comm may hold anything, so split after its ")".
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and (zombies or state != "Z"):
+            members.append(int(entry.name))
+    return members

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -168,3 +169,20 @@ async def addresses(netns: str) -> dict[str, list[str]]:
         link["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])]
         for link in links
     }
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for ``healthPort``)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    """``GET http://127.0.0.1:<port><path>`` as the kubelet's probe sends it: status, body."""
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, await response.text()

@@ -24,30 +24,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from tests.e2e.conftest import bridge_plugin, pod_env, shim_config, write_json
-from tests.e2e.harness import Daemon, run_shim, until_logged
+from tests.e2e.harness import Daemon, free_port, http_get, run_shim, until_logged
 from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def _get(port: int, path: str) -> tuple[int, str]:
-    timeout = aiohttp.ClientTimeout(total=10)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.get(f"http://127.0.0.1:{port}{path}") as response,
-    ):
-        return response.status, await response.text()
 
 
 def _inode(path: str) -> int | None:
@@ -84,11 +68,11 @@ async def test_a_removed_socket_dir_is_made_again_and_served(
 async def test_a_path_another_process_serves_is_not_taken_and_healthz_says_so(
     start_daemon: StartDaemon, conflist_file: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     daemon = await start_daemon(clusterNetwork=str(conflist_file), healthPort=port)
 
     async def unhealthy() -> str | None:
-        status, body = await _get(port, "/healthz")
+        status, body = await http_get(port, "/healthz")
         return body if status == 500 else None
 
     os.unlink(daemon.socket_path)
@@ -99,12 +83,12 @@ async def test_a_path_another_process_serves_is_not_taken_and_healthz_says_so(
         theirs = _inode(daemon.socket_path)
         body = await eventually(unhealthy, what="/healthz 500 on healthPort")
         assert "cannot be bound again" in body and "another daemon is serving" in body, body
-        assert (await _get(port, "/readyz"))[0] == 500
+        assert (await http_get(port, "/readyz"))[0] == 500
         assert _inode(daemon.socket_path) == theirs  # not taken
     finally:
         other.close()  # its file stays: a stale socket now, which the daemon may replace
     await until_logged(daemon, "reachable again")
-    assert (await _get(port, "/healthz"))[0] == 200
+    assert (await http_get(port, "/healthz"))[0] == 200
     assert (await daemon.request("GET", "/healthz"))[0] == 200
     assert daemon.log().count("cannot be bound again") == 1  # logged once, not every second
 
@@ -112,12 +96,12 @@ async def test_a_path_another_process_serves_is_not_taken_and_healthz_says_so(
 async def test_a_file_that_is_not_a_socket_is_left_alone(
     start_daemon: StartDaemon, conflist_file: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     daemon = await start_daemon(clusterNetwork=str(conflist_file), healthPort=port)
     os.unlink(daemon.socket_path)
     Path(daemon.socket_path).write_text("an operator's file")
     await until_logged(daemon, "is not a socket")
-    assert (await _get(port, "/healthz"))[0] == 500
+    assert (await http_get(port, "/healthz"))[0] == 500
     assert await daemon.stop() == 0
     assert Path(daemon.socket_path).read_text() == "an operator's file"
 

@@ -16,6 +16,7 @@ from tests.e2e.conftest import bridge_plugin, pod_env, shim_config, write_json
 from tests.e2e.faults import HangRig, hang_rig, no_traceback, wait_gone
 from tests.e2e.harness import Daemon, run_shim
 from tests.e2e.kube import NETWORK_STATUS, create_pod, start_kube, uid_env
+from tests.waits import group_members
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -78,22 +79,6 @@ def _vm_hwm_kib(pid: int) -> int:
     raise AssertionError(f"no VmHWM for {pid}")
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Every process, zombies included, whose process group is ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # pid (comm) state ppid pgrp ...: comm may hold anything, so split after its ")".
-        if int(stat[stat.rindex(")") + 2 :].split()[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
 async def test_a_plugin_printing_10_mib_is_killed_at_the_cap_and_its_add_rolled_back(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
 ) -> None:
@@ -121,7 +106,7 @@ async def test_a_plugin_printing_10_mib_is_killed_at_the_cap_and_its_add_rolled_
     assert "was killed" in error["msg"], error
     leader, child = await rig.pids(env["CNI_CONTAINERID"])
     assert await wait_gone(leader, child), "the plugin and its child are killed and reaped"
-    assert _group_members(leader) == [], "nothing of its process group is left"
+    assert group_members(leader) == [], "nothing of its process group is left"
     assert rig.reserved_ips() == [], "the rollback released the cluster network's address"
     assert (daemon.cni_dir / env["CNI_CONTAINERID"]).exists(), "kept for the DEL, as upstream"
     growth = _vm_hwm_kib(daemon.proc.pid) - peak_before

@@ -24,12 +24,6 @@ NETWORKS = "k8s.v1.cni.cncf.io/networks"
 
 
 @pytest_asyncio.fixture
-async def kubesim() -> AsyncIterator[KubeSim]:
-    async with KubeSim() as sim:
-        yield sim
-
-
-@pytest_asyncio.fixture
 async def extra_bridge(kubesim: KubeSim, workdir: Path, bridge_name: str) -> AsyncIterator[str]:
     """A NAD ``extra``: a second bridge with its own host-local range."""
     name = f"{bridge_name}e"[:15]

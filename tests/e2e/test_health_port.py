@@ -10,43 +10,26 @@ import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
-
 from tests.e2e.conftest import daemon_config, pod_env, shim_config
 from tests.e2e.faults import hang_rig
-from tests.e2e.harness import Daemon, run_shim
+from tests.e2e.harness import Daemon, free_port, http_get, run_shim
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def _get(port: int, path: str) -> tuple[int, str]:
-    timeout = aiohttp.ClientTimeout(total=10)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.get(f"http://127.0.0.1:{port}{path}") as response,
-    ):
-        return response.status, await response.text()
-
-
 async def test_probes_answer_over_http_on_loopback(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path, bridge_name: str
 ) -> None:
-    port = _free_port()
+    port = free_port()
     rig = hang_rig(workdir)
     daemon = await start_daemon(
         healthPort=port, delegates=rig.delegates(bridge_name, workdir), binDir=str(rig.bin_dir)
     )
-    assert (await _get(port, "/healthz"))[0] == 200
-    status, body = await _get(port, "/readyz")
+    assert (await http_get(port, "/healthz"))[0] == 200
+    status, body = await http_get(port, "/readyz")
     assert status == 200 and json.loads(body)["ready"] is True, body
-    assert (await _get(port, "/cni"))[0] == 404, "only the probes: no CNI over TCP"
+    assert (await http_get(port, "/cni"))[0] == 404, "only the probes: no CNI over TCP"
     assert f"probes on 127.0.0.1:{port}" in daemon.log()
     # Draining after SIGTERM (a hung ADD keeps the drain going): not ready, still alive.
     env = pod_env(await netns())
@@ -55,9 +38,9 @@ async def test_probes_answer_over_http_on_loopback(
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGTERM)
     async with asyncio.timeout(10):
-        while (await _get(port, "/readyz"))[0] != 500:
+        while (await http_get(port, "/readyz"))[0] != 500:
             await asyncio.sleep(0.05)
-    assert (await _get(port, "/healthz"))[0] == 200
+    assert (await http_get(port, "/healthz"))[0] == 200
     assert await asyncio.wait_for(daemon.proc.wait(), 60) == 0
     await add
     assert rig.reserved_ips() == []

@@ -17,29 +17,11 @@ from cni_shim.errors import CNIError
 from multusd.cni import invoke
 from multusd.cni.invoke import SubprocessExecutor
 from multusd.cni.output import MAX_STDOUT, STDERR_TAIL, MiB
-from tests.waits import eventually
+from tests.waits import eventually, group_members
 
 MakePlugin = Callable[[str, str], str]  # the conftest fixture
 
 ENV = {"PATH": "/usr/bin:/bin"}
-
-
-def _live_group_members(pgid: int) -> list[int]:
-    """Processes of group ``pgid`` that still run (zombies excluded: killed, and reaped by
-    whoever inherited them; in the daemon, its subreaper)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # "pid (comm) state ppid pgrp ...": comm may hold anything, so split after its ")".
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
-        if int(pgrp) == pgid and state != "Z":
-            members.append(int(entry.name))
-    return members
 
 
 def _flooder(bin_dir: Path, name: str, size: int | None, *, ignore_term: bool = False) -> Path:
@@ -85,7 +67,7 @@ async def test_a_plugin_past_the_stdout_cap_is_killed_with_its_group(
     )
     leader, child = await _pids(path)
     assert not Path(f"/proc/{leader}").exists(), "the plugin itself is reaped"
-    assert _live_group_members(leader) == [], f"left of the group: {child}"
+    assert group_members(leader, zombies=False) == [], f"left of the group: {child}"
 
 
 async def test_stdout_up_to_the_cap_is_returned_whole_and_one_byte_more_is_refused(
@@ -160,7 +142,7 @@ async def test_cancelling_a_plugin_that_floods_stderr_kills_and_reaps_it(bin_dir
         await task
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists()
-    assert _live_group_members(pid) == []
+    assert group_members(pid, zombies=False) == []
 
 
 async def test_no_descriptor_or_task_is_left_behind(bin_dir: Path, make_plugin: MakePlugin) -> None:
