@@ -17,6 +17,7 @@ rotation fails no request but those already in flight). The read goes through ai
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -115,7 +116,15 @@ async def load_api_config(
     incluster_dir: str = INCLUSTER_DIR,
 ) -> ApiConfig:
     """The explicit ``kubeconfig`` (daemon-config key), else ``$KUBECONFIG`` (a path list,
-    merged first-wins like kubectl), else in-cluster config. Raises ``StartupError``."""
+    merged first-wins like kubectl), else in-cluster config. Raises ``StartupError``.
+
+    The library's loaders read (and, for inline certificates, write temp) files synchronously,
+    and an exec plugin runs a process: all of it happens in a worker thread, on a loop of its
+    own, so the daemon's loop stays free while it starts."""
+    return await asyncio.to_thread(asyncio.run, _load(kubeconfig, dict(environ), incluster_dir))
+
+
+async def _load(kubeconfig: str, environ: Mapping[str, str], incluster_dir: str) -> ApiConfig:
     paths = [p for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     try:
         if kubeconfig:
