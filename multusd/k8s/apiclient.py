@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -151,7 +151,7 @@ class LimitedApiClient(ApiClient):
         self.user_agent = user_agent if "/" in user_agent else f"{user_agent}/{__version__}"
         self.token = token
         self.bucket = TokenBucket(qps, burst)
-        self.on_bucket_wait: Any = None
+        self.on_bucket_wait: Callable[[float], None] | None = None
         """Told every wait for a bucket token (the daemon's metrics histogram)."""
         self.requests: Counter[tuple[str, str]] = Counter()
         self.statuses: Counter[int] = Counter()
@@ -164,7 +164,6 @@ class LimitedApiClient(ApiClient):
         self._watch_timeout = aiohttp.ClientTimeout(
             total=None, connect=connect_timeout, sock_read=watch_read_timeout
         )
-        self.request_timeout = request_timeout
 
     async def request(  # noqa: PLR0917 - ApiClient.request's signature
         self,

@@ -44,7 +44,8 @@ from multusd.k8s import kproto
 from multusd.k8s.apiclient import AUTH_SETTINGS, LimitedApiClient, media_type
 from multusd.k8s.apiconfig import ApiConfig, load_api_config
 from multusd.k8s.errors import ApiError, TooManyRequests
-from multusd.k8s.ratelimit import BucketStatistics, Priority
+from multusd.k8s.health import Contacts
+from multusd.k8s.ratelimit import BucketStatistics, Priority, TokenBucket
 from multusd.k8s.watchstream import open_watch
 from multusd.protobuf import MEDIA_TYPE
 
@@ -58,7 +59,20 @@ __all__ = [
 ]
 
 MERGE_PATCH = "application/merge-patch+json"
-NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
+
+
+@dataclass(frozen=True)
+class CustomResource:
+    """A custom resource's API coordinates; ``path`` is its cluster-wide collection."""
+
+    group: str
+    version: str
+    plural: str
+
+    @property
+    def path(self) -> str:
+        return f"/apis/{self.group}/{self.version}/{self.plural}"
+
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +120,12 @@ class KubeClient:
         return self._api
 
     @property
-    def bucket(self) -> Any:
+    def bucket(self) -> TokenBucket:
         """The one token bucket every request takes a token from."""
         return self.api.bucket
 
     @property
-    def contacts(self) -> Any:
+    def contacts(self) -> Contacts:
         """What the server's answers say about its health, per resource (``/readyz``)."""
         return self.api.contacts
 
@@ -197,23 +211,26 @@ class KubeClient:
 
         return await self._call(f"GET {path}", send, timeout=timeout, retries=retries)
 
-    async def get_nad(
+    async def get_custom(
         self,
+        resource: CustomResource,
         namespace: str,
         name: str,
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - the request's own deadline
         retries: int = 0,
     ) -> Obj:
-        """One NetworkAttachmentDefinition, through ``CustomObjectsApi``."""
+        """One namespaced custom object (a NetworkAttachmentDefinition), through
+        ``CustomObjectsApi``."""
 
         def send(seconds: float | None) -> Awaitable[Any]:
             return self.custom.get_namespaced_custom_object(
-                NAD_GROUP, NAD_VERSION, namespace, NAD_PLURAL, name,
+                resource.group, resource.version, namespace, resource.plural, name,
                 _preload_content=False, _request_timeout=seconds,
             )  # fmt: skip
 
-        return await self._call(f"get NAD {namespace}/{name}", send, timeout=timeout,
+        what = f"get {resource.plural} {namespace}/{name}"
+        return await self._call(what, send, timeout=timeout,
                                 retries=retries)  # fmt: skip
 
     async def patch_pod_status(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from multusd.k8s.apiclient import resource_of
 from multusd.k8s.client import ApiConfig, ClientSettings, KubeClient
 from multusd.k8s.events import EventRecorder
+from multusd.k8s.nads import NADS
 from multusd.k8s.reflector.base import ReflectorSettings
 from multusd.k8s.reflector.loop import Reflector
 from multusd.k8s.store import Store, trim_nad, trim_pod
@@ -29,7 +30,6 @@ from multusd.k8s.store import Store, trim_nad, trim_pod
 log = logging.getLogger(__name__)
 
 PODS_PATH = "/api/v1/pods"
-NADS_PATH = "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +145,7 @@ async def running_cluster(
             ),
             Reflector(
                 client,
-                NADS_PATH,
+                NADS.path,
                 nads,
                 trim=trim_nad,
                 settings=lists,

@@ -9,18 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from multusd.k8s.client import KubeClient
+from multusd.k8s.client import CustomResource, KubeClient
 from multusd.k8s.errors import NotFound
 from multusd.k8s.names import checked_name, checked_namespace
 from multusd.k8s.store import Store, trim_nad
 
-NADS_GROUP_PATH = "/apis/k8s.cni.cncf.io/v1"
-
-
-def nad_path(namespace: str, name: str) -> str:
-    """The NAD's path; :class:`~multusd.k8s.names.InvalidName` for a name client-go refuses."""
-    namespace, name = checked_namespace(namespace), checked_name(name)
-    return f"{NADS_GROUP_PATH}/namespaces/{namespace}/network-attachment-definitions/{name}"
+NADS = CustomResource("k8s.cni.cncf.io", "v1", "network-attachment-definitions")
+"""Where the NetworkAttachmentDefinition CRD serves (manifests/base's CRD; a test holds them
+together): the reflector lists and watches ``NADS.path``, a cache miss GETs one object."""
 
 
 class NadLookup:
@@ -38,7 +34,8 @@ class NadLookup:
         if cached is not None:
             return cached
         try:
-            found = await self.client.get_nad(
+            found = await self.client.get_custom(
+                NADS,
                 checked_namespace(namespace),
                 checked_name(name),
                 timeout=self.get_timeout,

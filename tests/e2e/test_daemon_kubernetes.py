@@ -193,7 +193,7 @@ async def test_names_that_walk_the_api_path_are_refused_before_any_request(
     deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=walker)
     assert deleted.returncode == 0, deleted
     # A NAD named from the annotation, in a namespace that is not one: the annotation's own
-    # rules (DNS-1123) refuse it first; nad_path would too (tests/unit/k8s/test_names.py).
+    # rules (DNS-1123) refuse it first; the NAD lookup would too (tests/unit/k8s/test_names.py).
     added = await run_shim(
         shim_path, "ADD", shim_config(daemon), env=uid_env(await netns(), "web", uid)
     )

@@ -21,7 +21,7 @@ import yaml
 
 from cni_shim.shim import DEFAULT_SOCKET_DIR as SHIM_SOCKET_DIR
 from multusd.config.daemon import DEFAULT_CONFIG_PATH, DaemonConfig, parse_daemon_config
-from multusd.k8s.nads import nad_path
+from multusd.k8s.nads import NADS
 from multusd.kubesim import KubeSim
 from tests.manifests import helpers
 from tests.manifests.helpers import (
@@ -123,9 +123,12 @@ def test_crd_is_the_one_the_daemon_reads() -> None:
     crd = find("CustomResourceDefinition", "network-attachment-definitions.k8s.cni.cncf.io")
     spec = crd["spec"]
     (version,) = spec["versions"]
-    assert nad_path("ns", "x") == (
-        f"/apis/{spec['group']}/{version['name']}/namespaces/ns/{spec['names']['plural']}/x"
+    assert (NADS.group, NADS.version, NADS.plural) == (
+        spec["group"],
+        version["name"],
+        spec["names"]["plural"],
     )
+    assert NADS.path == f"/apis/{spec['group']}/{version['name']}/{spec['names']['plural']}"
     assert spec["scope"] == "Namespaced"
     assert spec["names"]["kind"] == NAD_KIND[1]
     assert set(spec["names"]["shortNames"]) == {"nad", "net-attach-def"}

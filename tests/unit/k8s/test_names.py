@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from multusd.k8s.nads import nad_path
 from multusd.k8s.names import InvalidName, checked_name, checked_namespace, segment_problems
 from multusd.k8s.pods import pod_path
 
@@ -40,7 +39,9 @@ def test_paths_are_built_only_from_valid_names() -> None:
     assert pod_path("default", "web-0") == "/api/v1/namespaces/default/pods/web-0"
     with pytest.raises(InvalidName):
         pod_path("default", "../../../api/v1/namespaces/kube-system/secrets/token")
+    # A NAD GET names the object through the same rule (k8s/nads.py) before the library
+    # quotes the path.
     with pytest.raises(InvalidName):
-        nad_path("..", "secrets")
+        checked_namespace("..")
     with pytest.raises(InvalidName):
-        nad_path("default", "a%2F..%2Fb")
+        checked_name("a%2F..%2Fb")
