@@ -379,16 +379,22 @@ async def test_a_primary_rewritten_within_the_grace_is_not_switched_away_from(
         assert read(out) == want
 
 
-async def test_survives_the_directory_disappearing_and_reappearing(
-    confdir: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="multusd.config")
-    auto = confdir / "auto"
-    outdir = confdir / "out"
+def _apart(confdir: Path) -> tuple[Path, Path, DaemonConfig, dict[str, Any]]:
+    """A primary in ``auto`` (``multusAutoconfigDir``) and the output in ``out``
+    (``cniConfigDir``), two directories apart."""
+    auto, outdir = confdir / "auto", confdir / "out"
     auto.mkdir()
     outdir.mkdir()
     write_json(auto / "10-a.conf", MYCNI)
     config, raw = daemon_config(auto, cniConfigDir=str(outdir))
+    return auto, outdir, config, raw
+
+
+async def test_survives_the_directory_disappearing_and_reappearing(
+    confdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="multusd.config")
+    auto, outdir, config, raw = _apart(confdir)
     out = outdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=FAST)):
         shutil.rmtree(auto)
@@ -534,12 +540,7 @@ async def test_a_conf_dir_apart_that_comes_back_gets_the_file_again(
     ``00-multus.conf`` back without the primary being touched. Twice: the first time may fall
     before the watch's first tick, which syncs anyway."""
     caplog.set_level(logging.INFO, logger="multusd.config")
-    auto = confdir / "auto"
-    outdir = confdir / "out"
-    auto.mkdir()
-    outdir.mkdir()
-    write_json(auto / "10-a.conf", MYCNI)
-    config, raw = daemon_config(auto, cniConfigDir=str(outdir))
+    auto, outdir, config, raw = _apart(confdir)
     out = outdir / "00-multus.conf"
     async with watching(ConfigManager(config, raw, settings=FAST)):
         for _ in range(2):
