@@ -10,6 +10,8 @@ from typing import Any
 import yaml
 from kubernetes_validate.utils import all_versions
 
+from tests.image.containerfile import entrypoint
+
 Obj = dict[str, Any]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +22,8 @@ EXAMPLES = MANIFESTS / "examples"
 PACKAGED_EXAMPLES = ROOT / "multusd" / "demo_examples"
 DEPLOYED = ("crd.yaml", "rbac.yaml", "configmap.yaml", "daemonset.yaml")
 NAD_KIND = ("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition")
-MULTUSD = "/usr/local/bin/multusd"
+MULTUSD = entrypoint()[0]
+"""The image's program (its ENTRYPOINT): the path every container's command names."""
 
 
 def _minor(version: str) -> tuple[int, int]:

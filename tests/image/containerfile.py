@@ -1,0 +1,60 @@
+"""The project's ``Containerfile``, read as instructions: one parser for every test that holds
+something to it (the manifests' entrypoint, the packages it installs, the image it builds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTAINERFILE = ROOT / "Containerfile"
+
+Instruction = tuple[str, str]
+
+
+def instructions(path: Path = CONTAINERFILE) -> list[Instruction]:
+    """``[(INSTRUCTION, arguments)]`` with continuation lines joined and comments dropped."""
+    logical: list[str] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    assert pending == "", f"{path} ends inside a continued line"
+    return [(op.upper(), args) for op, args in (line.split(None, 1) for line in logical)]
+
+
+def stages(path: Path = CONTAINERFILE) -> list[list[Instruction]]:
+    """The instructions of each ``FROM`` stage (the global ``ARG``s before the first dropped)."""
+    out: list[list[Instruction]] = []
+    for op, args in instructions(path):
+        if op == "FROM":
+            out.append([])
+        if out:
+            out[-1].append((op, args))
+    return out
+
+
+def global_args(path: Path = CONTAINERFILE) -> dict[str, str]:
+    """``{name: default}`` of the ``ARG``s before the first ``FROM`` (usable in ``FROM``)."""
+    found: dict[str, str] = {}
+    for op, args in instructions(path):
+        if op == "FROM":
+            break
+        if op == "ARG":
+            name, _, default = args.partition("=")
+            found[name] = default
+    return found
+
+
+def entrypoint(path: Path = CONTAINERFILE) -> list[str]:
+    """The final stage's ``ENTRYPOINT`` (exec form): what the manifests' commands must name."""
+    (value,) = [args for op, args in stages(path)[-1] if op == "ENTRYPOINT"]
+    parsed = json.loads(value)
+    assert isinstance(parsed, list) and all(isinstance(word, str) for word in parsed), value
+    return parsed
