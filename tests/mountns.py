@@ -51,11 +51,15 @@ class MountNamespace:
     ``stage`` is a directory under the caller's temp dir where the script binds the original of
     each covered directory while it binds the entries back (unmounted again afterwards).
     ``shared``: mount points (see :func:`make_shared_mount`) that stay peers of the host's.
+    ``shared_inside``: mount points made shared within the namespace alone, last (a runtime
+    refuses ``Bidirectional`` and ``HostToContainer`` mounts of a source that is neither shared
+    nor a slave; nothing propagates from the namespace to the host either way).
     """
 
     stage: Path
     private: Mapping[Path, Path]
     read_only: frozenset[Path] = frozenset()
+    shared_inside: Sequence[Path] = ()
     shared: Sequence[Path] = ()
     not_bound_back: frozenset[Path] = NOT_BOUND_BACK
     _targets: dict[Path, Path] = field(init=False, repr=False, compare=False)
@@ -115,6 +119,8 @@ class MountNamespace:
                 f"mkdir -p {q(str(target))}",
                 f"mount -n --bind{option} {q(str(self._targets[target]))} {q(str(target))}",
             ]
+        for point in self.shared_inside:
+            lines.append(f"mount -n --make-shared {q(str(point))}")
         lines.append("exec " + " ".join(q(a) for a in command))
         return "\n".join(lines) + "\n"
 

@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 
 from multusd.config.daemon import parse_daemon_config
+from tests.image.build import IMAGE  # what docs/quickstart.md builds and loads into kind
 from tests.kubesim.conftest import KubectlBinary
 from tests.manifests.helpers import (
     BASE,
@@ -34,7 +35,6 @@ from tests.manifests.helpers import (
 )
 
 KIND_NODE_PLUGINS = ("host-local", "ptp", "portmap", "loopback")
-IMAGE = "localhost/multusd:dev"  # what docs/quickstart.md builds and loads into kind
 INIT = "install-cni-plugins"
 
 
@@ -128,7 +128,7 @@ def test_the_init_command_gives_a_kind_node_what_the_examples_need(
     built: list[Obj], node: Path
 ) -> None:
     """The overlay's command as it is, but for --dest (the node's dir is a temp dir here) and
-    the program (this checkout's multusd rather than the image's /usr/local/bin one)."""
+    the program (this checkout's multusd rather than the image's /opt/multusd/bin one)."""
     command = list(init_container(built)["command"])
     command[command.index("--dest") + 1] = str(node)
     kept = {name: (node / name).read_bytes() for name in KIND_NODE_PLUGINS}

@@ -13,12 +13,13 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from tests.image.build import ARCHIVE, DEFAULT_IMAGE_DIR, IMAGE
 from tests.kubesim.conftest import KubectlBinary
 from tests.manifests.helpers import EXAMPLES, KIND, ROOT, Obj, kustomize, load
-from tests.manifests.test_kind import IMAGE
 
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 CLUSTER = "multusd"
@@ -61,6 +62,10 @@ class Checks:
                 assert name == CLUSTER
             case ["load", "docker-image", image, "--name", name]:
                 assert (image, name) == (IMAGE, CLUSTER)  # the image every container uses
+            case ["load", "image-archive", archive, "--name", name]:
+                # what `tox -e image` writes (the archive holds IMAGE: tests/image/test_image.py)
+                assert (archive, name) == (f".tox/image-out/{ARCHIVE}", CLUSTER)
+                assert DEFAULT_IMAGE_DIR == ROOT / ".tox" / "image-out"
             case _:
                 pytest.fail(f"unchecked: {shlex.join(argv)}")
 
@@ -69,6 +74,15 @@ class Checks:
             case ["build", "-f", containerfile, "-t", image, "."]:
                 assert (ROOT / containerfile).is_file()
                 assert image == IMAGE
+            case _:
+                pytest.fail(f"unchecked: {shlex.join(argv)}")
+
+    def tox(self, argv: list[str]) -> None:
+        match argv:
+            case [".venv/bin/tox", "-e", "image"]:  # .ci/setup --dev makes .venv, with tox
+                ini = (ROOT / "tox.ini").read_text()
+                assert "[testenv:image]" in ini
+                assert f"--out {{toxworkdir}}/{DEFAULT_IMAGE_DIR.name}" in ini
             case _:
                 pytest.fail(f"unchecked: {shlex.join(argv)}")
 
@@ -112,7 +126,8 @@ def test_every_quickstart_command_is_right_for_this_repository(checks: Checks) -
     found = commands()
     assert len(found) >= 15  # the parser found the blocks
     for argv in found:
-        check: Callable[[list[str]], None] | None = getattr(checks, argv[0], None)
+        program = Path(argv[0]).name  # `.venv/bin/tox` is tox
+        check: Callable[[list[str]], None] | None = getattr(checks, program, None)
         assert check is not None, f"unchecked program: {shlex.join(argv)}"
         check(argv)
     assert checks.applied == ["manifests/kind", "manifests/kind"]  # apply, then delete

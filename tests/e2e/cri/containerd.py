@@ -79,6 +79,19 @@ class Containerd:
         return self.base / "bin"
 
     @property
+    def seen_conf_dir(self) -> Path:
+        """:attr:`conf_dir` as containerd sees it (in its mount namespace)."""
+        return self.conf_dir
+
+    @property
+    def seen_bin_dir(self) -> Path:
+        return self.bin_dir
+
+    netns_under_state = True
+    """The pods' network namespaces in :attr:`netns_dir` under containerd's state dir, rather
+    than at ``/var/run/netns`` (of its mount namespace)."""
+
+    @property
     def state(self) -> Path:
         return self.base / "state"
 
@@ -154,7 +167,7 @@ disabled_plugins = [
 {cri}]
   sandbox_image = "{IMAGE}"
   restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
+  netns_mounts_under_state_dir = {str(self.netns_under_state).lower()}
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
@@ -172,8 +185,8 @@ disabled_plugins = [
   SystemdCgroup = false
 
 {cri}.cni]
-  bin_dir = "{self.bin_dir}"
-  conf_dir = "{self.conf_dir}"
+  bin_dir = "{self.seen_bin_dir}"
+  conf_dir = "{self.seen_conf_dir}"
   max_conf_num = 1
 """
 
@@ -223,23 +236,24 @@ disabled_plugins = [
             assert self.mount_namespace == mountns.namespace_of(self.proc.pid) != host_namespace
             return
 
-    def import_image(self, tar: Path, timeout: float = 60) -> None:
-        """``ctr images import`` into the CRI namespace, then wait until the CRI plugin (which
-        learns of it from an event) knows the image, so no sandbox triggers a pull."""
+    def import_image(self, tar: Path, image: str = IMAGE, timeout: float = 60) -> None:
+        """``ctr images import`` of ``image`` (an OCI layout or docker archive holding it) into
+        the CRI namespace, then wait until the CRI plugin (which learns of it from an event)
+        knows the image, so no sandbox or container triggers a pull."""
         subprocess.run(
             ["ctr", "--address", self.socket, "-n", NAMESPACE, "images", "import",
-             "--snapshotter", "native", "--base-name", IMAGE.rsplit(":", 1)[0], str(tar)],
+             "--snapshotter", "native", "--base-name", image.rsplit(":", 1)[0], str(tar)],
             check=True, capture_output=True, timeout=timeout,
         )  # fmt: skip
         deadline = time.monotonic() + timeout
-        request = criapi.image_status_request(IMAGE)
+        request = criapi.image_status_request(image)
         while True:
             reply = criapi.call_sync(
                 self.socket, "ImageStatus", request, 5, service=criapi.IMAGE_SERVICE
             )
             if criapi.decode_image_status(reply):
                 return
-            assert time.monotonic() < deadline, f"CRI never saw {IMAGE}:\n{self.log()}"
+            assert time.monotonic() < deadline, f"CRI never saw {image}:\n{self.log()}"
             time.sleep(0.1)
 
     # ----------------------------------------------------------------------------------------
