@@ -67,7 +67,7 @@ from multusd.kubesim.stats import RequestRecord
 from multusd.kubesim.store import Snapshot
 from multusd.shim_install import install_shim
 from tests.e2e.conftest import bridge_plugin, daemon_config, pod_env, shim_config, write_json
-from tests.e2e.faults import post, request_body
+from tests.e2e.faults import log_barrier, post, request_body
 from tests.e2e.fuzzbodies import acceptable, body, cni_error
 from tests.e2e.harness import Daemon
 
@@ -234,7 +234,7 @@ async def fuzz(plan: Plan) -> dict[str, Any]:
             await asyncio.gather(*(worker() for _ in range(plan.fuzz_width)))
             wall = time.perf_counter() - start
             healthz = (await daemon.request("GET", "/healthz"))[0]
-            await asyncio.sleep(1.0)  # the log writer is a thread
+            await log_barrier(daemon)  # the log writer is a thread: every line is in the file
             after = sample(pid)
             hwm = round(proc_mib("VmHWM", pid=pid), 1)
             kept = files_under(daemon.cni_dir)
@@ -247,6 +247,7 @@ async def fuzz(plan: Plan) -> dict[str, Any]:
         "seed": plan.seed,
         "width": plan.fuzz_width,
         "wall_s": round(wall, 1),
+        "bodies_per_s": round(sent / wall, 1) if wall > 0 else 0.0,
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "cni_codes": {str(k): v for k, v in sorted(codes.items())},
         "server_errors": len(server_errors),
@@ -725,10 +726,13 @@ def _fuzz_row(f: dict[str, Any]) -> str:
         f["server_errors"], f["not_cni_errors"], f["no_answer"], f["tracebacks"],
         f["del_sweep_failed"], len(f["cache_files_left"]),
     )  # fmt: skip
+    rate = f.get("bodies_per_s")
+    if rate is None:  # results saved before the rate was: it follows from the count and time
+        rate = round(f["sent"] / f["wall_s"], 1) if f["wall_s"] else 0.0
     return (
         f"| Fuzzed bodies, the long run | {f['sent']:,} of {f['bodies']:,} seeded bodies "
         f"(seed {f['seed']}, the CI test's generator), {f['width']} at a time, 10 % to "
-        f"`/delegate`, in {f['wall_s']} s | {did} | "
+        f"`/delegate`, in {f['wall_s']} s ({rate:,} bodies/s) | {did} | "
         f"{lost} |"
     )
 

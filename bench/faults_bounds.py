@@ -213,6 +213,7 @@ async def output() -> dict[str, Any]:
                 "adds": LOUD_ADDS,
                 "bytes": LOUD_BYTES,
                 "limit_mib": MANIFEST_LIMIT // (1024 * 1024),
+                "cgroup_version": cgroup.version,
                 "refused": refused,
                 "errors": errors,
                 "oom_kills": cgroup.oom_kills(),
@@ -279,7 +280,9 @@ def rows(b: dict[str, Any]) -> list[str]:
         f"{_left(a['cache_left'], a['reservations_left'])} |",
         f"| A delegate printing a {o['bytes'] // (1024 * 1024)} MiB result | {o['adds']} ADDs, "
         f"each after the cluster network took an address, the daemon in a {o['limit_mib']} MiB "
-        f"memory cgroup (the manifests' limit) | {o['refused']} of {o['adds']} ADDs refused and "
+        # Results from before the version was recorded came from the project's v1 machines.
+        f"memory cgroup (the manifests' limit; cgroup v{o.get('cgroup_version', 1)}) | "
+        f"{o['refused']} of {o['adds']} ADDs refused and "
         f"rolled back; **{o['oom_kills']}** OOM kills; daemon alive: {o['daemon_alive']}; its "
         f"VmHWM {o['hwm_before_mib']} → {o['hwm_after_mib']} MiB | "
         f"{_left(o['cache_left'], o['reservations_left'], o['processes_left'])} |",

@@ -66,7 +66,7 @@ class Rig:
         (w / "net.d").mkdir()
         conflist = {
             "cniVersion": "1.0.0", "name": "benchnet",
-            "plugins": [{"type": "bridge", "bridge": self.bridge, "isGateway": True,
+            "plugins": [{"type": "bridge", "bridge": self.bridge,
                          "ipam": {"type": "host-local", "dataDir": str(w / "ipam"),
                                   "ranges": [[{"subnet": SUBNET}]]}}],
         }  # fmt: skip

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -75,17 +76,31 @@ class MemoryCgroup:
     Processes join it from birth (:meth:`argv` and :meth:`wrapper` write their own pid into
     ``cgroup.procs`` before they exec), so everything they allocate is charged to it; nothing
     is moved afterwards (v1 would leave the charges behind, v2 cannot move them at all).
+
+    The version is the one the daemon reads (``multusd.cni.cgroup.memory_mount``): v1 where a
+    ``memory`` hierarchy is mounted (v1 and hybrid hosts, ours among them), else the unified v2
+    hierarchy, Debian 12's default (there ``stat -f -c %T /sys/fs/cgroup`` says
+    ``cgroup2fs``). ``mount`` (version, mount point) overrides that choice: the unit tests
+    pass a directory laid out as a cgroup tree of either version.
     """
 
-    def __init__(self, limit: int, *, prefix: str = "multusd-bench") -> None:
-        found = memory_mount()
+    def __init__(
+        self,
+        limit: int,
+        *,
+        prefix: str = "multusd-bench",
+        mount: tuple[int, Path] | None = None,
+    ) -> None:
+        found = mount or memory_mount()
         if found is None:
             raise RuntimeError("no memory cgroup hierarchy is mounted (/proc/self/mountinfo)")
-        self.version, top = found
+        self.version, self.top = found
         self.limit = limit
-        self.path = top / f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.path = self.top / f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     def __enter__(self) -> MemoryCgroup:
+        if self.version == 2:
+            self._delegate_memory()
         self.path.mkdir()
         try:
             if self.version == 1:
@@ -93,18 +108,52 @@ class MemoryCgroup:
                 if (self.path / "memory.memsw.limit_in_bytes").exists():
                     self._write("memory.memsw.limit_in_bytes", self.limit)
             else:
-                if not (self.path / "memory.max").exists():
+                try:
+                    self._write("memory.max", self.limit)
+                except (PermissionError, FileNotFoundError) as err:  # kernfs: EACCES
                     raise RuntimeError(
-                        f"{self.path.parent}: the memory controller is not enabled for its "
-                        "children (cgroup.subtree_control)"
-                    )
-                self._write("memory.max", self.limit)
-                if (self.path / "memory.swap.max").exists():
+                        f"{self.path}: no memory.max, so the memory controller is not enabled "
+                        f"for the children of {self.top} (cgroup.subtree_control)"
+                    ) from err
+                # Without swap accounting the kernel has no memory.swap.max (and no swap to
+                # limit); kernfs answers EACCES for a file it does not have.
+                with contextlib.suppress(PermissionError, FileNotFoundError):
                     self._write("memory.swap.max", 0)
         except BaseException:
             self.remove()
             raise
         return self
+
+    def _delegate_memory(self) -> None:
+        """v2: a cgroup has the memory controller's files only when its parent lists
+        ``memory`` in ``cgroup.subtree_control``. systemd enables it at the root already;
+        elsewhere it is enabled here, and left enabled: taking it away again would take it
+        from every sibling cgroup too, another run's included. A cgroup other than the root
+        can give a controller to its children only while it holds no process itself (the
+        "no internal processes" rule), so inside a container whose cgroup namespace puts its
+        processes at the mount point this cannot work, and says why."""
+        controllers = (self.top / "cgroup.controllers").read_text().split()
+        if "memory" not in controllers:
+            raise RuntimeError(
+                f"{self.top}: the memory controller is not available on this cgroup v2 "
+                f"hierarchy (cgroup.controllers: {' '.join(controllers) or 'none'}): it is "
+                "bound to a v1 hierarchy, or not delegated here"
+            )
+        subtree = self.top / "cgroup.subtree_control"
+        if "memory" in subtree.read_text().split():
+            return
+        try:
+            subtree.write_text("+memory\n")
+        except OSError as err:
+            why = (
+                "it holds processes itself, and only the root cgroup may give its children "
+                "a controller then"
+                if err.errno == errno.EBUSY
+                else os.strerror(err.errno or 0)
+            )
+            raise RuntimeError(
+                f"{subtree}: cannot enable the memory controller for its children: {why}"
+            ) from err
 
     def __exit__(self, *exc: object) -> None:
         self.remove()

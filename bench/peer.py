@@ -79,7 +79,7 @@ def bridge_conflist(bridge: str, subnet: str, ipam_dir: Path) -> dict[str, Any]:
     (never the host's ``/var/lib/cni/networks``)."""
     return {
         "cniVersion": "1.0.0", "name": "benchnet",
-        "plugins": [{"type": "bridge", "bridge": bridge, "isGateway": True,
+        "plugins": [{"type": "bridge", "bridge": bridge,
                      "ipam": {"type": "host-local", "dataDir": str(ipam_dir),
                               "ranges": [[{"subnet": subnet}]]}}],
     }  # fmt: skip

@@ -24,7 +24,6 @@ def _bridge_conf(directory: Path, bridge: str) -> dict[str, Any]:
         "name": "benchnet",
         "type": "bridge",
         "bridge": bridge,
-        "isGateway": True,
         "ipam": {
             "type": "host-local",
             "dataDir": str(directory / "ipam"),

@@ -21,8 +21,9 @@ Every stage is bounded and every stage honours the stop signals (``STOP_SIGNALS`
   ``drain_timeout`` (10 s, upstream's) to finish; then each is given ``cancel_timeout`` more
   and cancelled (which kills its plugins), with ``cancel_timeout`` for the cancellation to land;
   the socket is removed; the caches, the event recorder (2 s to post what is queued) and the
-  client close. That is at most about 16 s, well inside the manifests'
-  ``terminationGracePeriodSeconds`` (30 s).
+  client close; the log's queue is written out (2 s at most). That is 18 s at most
+  (``ShutdownSettings.longest``), well inside the manifests' ``terminationGracePeriodSeconds``
+  (30 s).
 * **The exit deadline** is the last resort: once shutdown has begun (or ``run`` returns), the
   process ends within ``exit_deadline`` (25 s) whatever is stuck, e.g. a worker thread blocked
   in a read of a hung filesystem, which asyncio's executor shutdown would wait for forever.
@@ -54,6 +55,8 @@ from multusd.config.readiness import (
 from multusd.config.static import install_static_config
 from multusd.daemon_parts import bound, cluster_or_none, metrics_site, serving
 from multusd.errors import EXIT_READINESS_LOST
+from multusd.k8s.events import EVENTS_DRAIN
+from multusd.logs.writer import STOP_TIMEOUT as LOG_STOP_TIMEOUT
 from multusd.server.handlers import DaemonState
 from multusd.server.listener import SocketSite
 
@@ -77,6 +80,13 @@ class ShutdownSettings:
     exit_deadline: float = 25.0
     """From the start of shutdown to the end of the process, whatever is stuck; below the
     manifests' ``terminationGracePeriodSeconds`` (30 s), after which the kubelet kills."""
+
+    @property
+    def longest(self) -> float:
+        """What the shutdown's waits add up to when each runs out: the drain, a request's
+        grace and its cancellation, the events' posting, the log's flush (18 s by default,
+        docs/operations.md "Shutdown"); the exit deadline lies beyond it."""
+        return self.drain_timeout + 2 * self.cancel_timeout + EVENTS_DRAIN + LOG_STOP_TIMEOUT
 
 
 class ExitDeadline:
@@ -166,6 +176,9 @@ async def _wait_idle(state: DaemonState, limit: float) -> None:
     """Phase 2 of shutdown: let in-flight requests finish, for up to ``limit`` seconds."""
     if state.in_flight == 0:
         return
+    # The drain's start, with what it waits for: the sign that a request was in flight when
+    # shutdown began (it finishes, or is cancelled after ``limit``).
+    log.info("shutdown: waiting up to %gs for %d request(s) in flight", limit, state.in_flight)
     idle = asyncio.Event()
     state.idle = idle.set
     with contextlib.suppress(TimeoutError):
@@ -296,7 +309,14 @@ async def run(
                     _own(tasks, manager.watch(), "config-watch", task_done)
                 if site is not None:  # its file lost: bound again, or /healthz says why not
                     _own(tasks, sock.keep(site, state), "socket-guard", task_done)
-                if config.readiness_indicator_file and not config.benchmark_readiness_stat:
+                if config.readiness_indicator_file and config.benchmark_readiness_stat:
+                    log.info(
+                        "readiness indicator %s: checked by each ADD and CHECK "
+                        "(benchmarkReadinessStat), not watched: losing it stalls requests "
+                        "and never stops the daemon",
+                        config.readiness_indicator_file,
+                    )
+                elif config.readiness_indicator_file:
                     watch = watch_until_removed(config.readiness_indicator_file, readiness)
                     _own(tasks, watch, "readiness-watch", task_done)
             await stop.wait()

@@ -9,9 +9,12 @@ with the real CNI plugins. It shows the result, the interfaces inside the namesp
 pod's network-status annotation, then removes everything it created.
 
 Where it writes, and why every path is spelled out: its rig, ``multusd/demo_rig.py``.
-The namespace is pinned on a file of the temp dir (``unshare --net=FILE``), not made with
-``ip netns add``, which would create ``/run/netns`` on a host that has none; and every host
-interface the demo creates is named ``mdemo<tag>...`` (the example bridge is renamed too).
+The whole demo runs in a network namespace of its own standing in for the node
+(:func:`in_node_namespace`), so its bridges and the forwarding sysctl the cluster network's
+``isGateway`` turns on are that namespace's, never the machine's. The pod's namespace is pinned
+on a file of the temp dir (``unshare --net=FILE``), not made with ``ip netns add``, which would
+create ``/run/netns`` on a host that has none; every interface the demo creates is named
+``mdemo<tag>...`` (the example bridge is renamed too).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ EXIT_UNAVAILABLE = 2
 PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 NEEDED_PLUGINS = ("bridge", "host-local")
 TOOLS = ("ip", "unshare", "nsenter", "umount")
+NODE_ENV = "MULTUSD_DEMO_NODE"
+"""Set (to the demo's temp dir) for the demo's child in its node namespace."""
 
 
 def find_plugin_dir() -> str | None:
@@ -179,7 +184,7 @@ def run_demo(workdir: Path, plugin_dir: str) -> None:
     daemon_file = workdir / "daemon-config.json"
     daemon_file.write_text(json.dumps(daemon_config(dirs, plugin_dir, cluster), indent=2))
 
-    _say(f"== multusd demo (workdir {workdir})")
+    _say(f"== multusd demo (workdir {workdir}; a network namespace of its own is the node)")
     subprocess.run(["ip", "link", "add", parent, "type", "veth", "peer", "name", f"{parent}x"],
                    check=True)  # fmt: skip
     try:
@@ -282,12 +287,31 @@ def main(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE
+    inside = os.environ.get(NODE_ENV)
+    if inside:  # the child below, in the demo's node namespace
+        try:
+            run_demo(Path(inside), plugin_dir)
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            print(f"multusd demo failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
     workdir = Path(tempfile.mkdtemp(prefix="mdemo-", dir="/tmp"))
     try:
-        run_demo(workdir, plugin_dir)
-    except (RuntimeError, subprocess.CalledProcessError) as exc:
-        print(f"multusd demo failed: {exc}", file=sys.stderr)
-        return 1
+        return in_node_namespace(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+
+
+def in_node_namespace(workdir: Path) -> int:
+    """Run the demo in a network namespace of its own that stands in for the node.
+
+    Why: the cluster network's bridge has ``isGateway``, and the bridge plugin then turns on
+    ``net.ipv4.ip_forward`` (and ``conf.all.forwarding``) of the namespace it runs in; the
+    bridges, the macvlan's parent and the pod's host-side veths are links of that namespace
+    too. In a namespace of the demo's own (``unshare --net``: it dies with the demo's last
+    process, crash or not), none of that touches the machine's. The emulator, the daemon and
+    the shim run in it as well (the API on its loopback); the files stay in ``workdir``.
+    """
+    script = 'ip link set lo up && exec "$@"'
+    argv = ["unshare", "--net", "sh", "-c", script, "sh", sys.executable, "-m", "multusd", "demo"]
+    return subprocess.run(argv, env={**os.environ, NODE_ENV: str(workdir)}, check=False).returncode

@@ -37,6 +37,12 @@ class IdleTrim:
         self._trim = trim
         self._handle: asyncio.TimerHandle | None = None
 
+    @property
+    def due(self) -> float | None:
+        """When (the loop's time) the next trim runs; ``None`` while none is scheduled, as
+        during a request. Lets a caller see that no trim can come, which waiting cannot show."""
+        return self._handle.when() if self._handle is not None else None
+
     def busy(self) -> None:
         """A request started: no trim while it runs."""
         if self._handle is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from tests.hostsnap import host_links, tree
+from tests.hostsnap import host_links, mount_state, sysctls, tree
 from tests.loopguard import slow_callback_seconds, watching
 
 
@@ -81,11 +81,12 @@ def short_tmp() -> Iterator[Path]:
 #
 # Every test keeps its files under its own temp dirs, and a file a test leaves in a node's CNI
 # directories (a stray 00-multus.conf sorts first and breaks every new pod) would go unnoticed
-# by the test itself. So the whole session is checked: the trees below, the names in
-# /run/netns and the host's links are snapshotted before collection and compared after the
-# last teardown; any difference fails the session with the list of what changed.
+# by the test itself. So the whole session is checked: the trees below, /run/netns (whether it
+# exists and is a mount point, and the names in it), the root namespace's forwarding sysctls
+# and the host's links are snapshotted before collection and compared after the last teardown;
+# any difference fails the session with the list of what changed.
 
-NODE_TREES = ("/etc/cni", "/var/lib/cni", "/opt/cni")
+NODE_TREES = ("/etc/cni", "/var/lib/cni", "/opt/cni", "/run/cni")
 NETNS_DIR = "/run/netns"
 GUARD_ENV = "MULTUSD_NODE_GUARD"
 """``warn``: report the changes without failing (a machine shared by concurrent sessions)."""
@@ -112,6 +113,8 @@ def node_snapshot() -> Snapshot:
         snap[NETNS_DIR] = dict.fromkeys(sorted(os.listdir(NETNS_DIR)), "netns")
     except FileNotFoundError:
         snap[NETNS_DIR] = {}
+    snap[NETNS_DIR]["(itself)"] = mount_state(NETNS_DIR)  # created, mounted
+    snap["sysctls"] = sysctls()
     snap["host links"] = _link_names()
     return snap
 

@@ -46,6 +46,35 @@ def tree(root: str, *, digest: bool = False) -> dict[str, str]:
     return entries
 
 
+FORWARDING_SYSCTLS = (
+    "/proc/sys/net/ipv4/ip_forward",
+    "/proc/sys/net/ipv4/conf/all/forwarding",
+    "/proc/sys/net/ipv6/conf/all/forwarding",
+)
+"""The root namespace's forwarding switches: the bridge plugin with ``isGateway`` turns the
+first two on in the namespace it runs in (the ``ipMasq``/gateway set-up of a node)."""
+
+
+def sysctls(paths: tuple[str, ...] = FORWARDING_SYSCTLS) -> dict[str, str]:
+    """``{path: value}`` of the forwarding sysctls of the namespace this process is in."""
+    values: dict[str, str] = {}
+    for path in paths:
+        try:
+            values[path] = Path(path).read_text().strip()
+        except FileNotFoundError:
+            values[path] = "absent"  # IPv6 disabled in the kernel
+    return values
+
+
+def mount_state(path: str) -> str:
+    """Whether ``path`` exists, and whether it is a mount point (``ip netns add`` makes
+    ``/run/netns`` one, shared, the first time it runs)."""
+    if not os.path.lexists(path):
+        return "absent"
+    points = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    return f"{describe(path)}, {'a mount point' if path in points else 'not a mount point'}"
+
+
 def host_links() -> dict[str, str]:
     """The host's links as ``{name: its line of ip -o link}`` (the line names a link's master
     and peer too). Raises ``OSError``/``SubprocessError`` when ``ip`` cannot answer."""

@@ -35,6 +35,7 @@ async def watch_directory(
     step_ms: int,
     debounce_ms: int,
     tick: float,
+    passed: Callable[[], None] = lambda: None,
 ) -> None:
     """Run ``sync`` on every batch of ``relevant`` changes in ``directory``, and on a tick
     while ``retry_due()``; runs until cancelled.
@@ -42,6 +43,10 @@ async def watch_directory(
     ``sync`` also runs whenever the watch is (re)armed, to catch up with what happened while
     nothing watched, and once more on the first batch or tick after (the race window between
     that catch-up and the watch being armed).
+
+    ``passed`` is called at the end of every pass: each batch or tick the watch has finished
+    with (its ``sync``, if any, done, or the re-arm decided). It exists for tests and metrics:
+    that a change changed nothing shows only as passes made since, not as anything written.
     """
     warned = False
     while True:
@@ -54,7 +59,7 @@ async def watch_directory(
             await sync()  # catch up with what happened while nothing watched
             await _watch_until_replaced(
                 directory, dir_id, sync=sync, relevant=relevant, retry_due=retry_due,
-                step_ms=step_ms, debounce_ms=debounce_ms, tick=tick,
+                step_ms=step_ms, debounce_ms=debounce_ms, tick=tick, passed=passed,
             )  # fmt: skip
             warned = False
         except (OSError, RuntimeError) as exc:
@@ -76,8 +81,10 @@ async def _watch_until_replaced(
     step_ms: int,
     debounce_ms: int,
     tick: float,
+    passed: Callable[[], None],
 ) -> None:
-    """Sync on each batch (and on ticks while a retry is due); return when the dir changes."""
+    """Sync on each batch (and on ticks while a retry is due); return when the dir changes.
+    ``passed()`` after each batch or tick."""
     changes = awatch(
         directory,
         watch_filter=relevant,
@@ -92,10 +99,12 @@ async def _watch_until_replaced(
         async for batch in changes:
             if await asyncio.to_thread(dir_id, directory) != watched:
                 log.info("%s was removed or replaced; re-arming the watch", directory)
+                passed()
                 return
             if batch or armed or retry_due():
                 armed = False
                 await sync()
+            passed()
 
 
 def pin(directory: str) -> tuple[int, DirId] | None:

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -107,7 +109,9 @@ class ConfigManager:
         *,
         settings: ManagerSettings | None = None,
         keep_config_on_exit: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` times ``primary_gone_grace`` (seconds, monotonic); tests inject their own."""
         self._conf = generator_config(raw)  # ConfigError (exit 1) on a bad generator key
         self._settings = settings or ManagerSettings()
         if keep_config_on_exit is None:
@@ -122,6 +126,7 @@ class ConfigManager:
             find_attempts=self._settings.find_attempts,
             find_interval=self._settings.find_interval,
             gone_grace=self._settings.primary_gone_grace,
+            clock=clock,
         )
         self.output_path = Path(primary_path(self._conf.cni_config_dir, MULTUS_CONFIG_NAME))
         self._last_good: bytes | None = None
@@ -130,6 +135,11 @@ class ConfigManager:
         self._last_error = ""
         self._syncing = asyncio.Lock()
         """The two watches' syncs take turns (``cniConfigDir`` apart)."""
+        self.passes = 0
+        """Passes the watch on ``multusAutoconfigDir`` has finished: batches of changes and
+        ticks, each one's sync (if any) done. It exists for tests and metrics: that a change
+        did *not* lead to a write shows only as passes made since it, so a test waits for
+        those instead of sleeping and hoping the watch has looked."""
 
     @property
     def primary_path(self) -> str:
@@ -253,6 +263,7 @@ class ConfigManager:
                         step_ms=settings.step_ms,
                         debounce_ms=settings.debounce_ms,
                         tick=settings.recheck_interval,
+                        passed=self._passed,
                     )
                 )
                 if apart:  # only its (re)arming syncs: the file is written again if missing
@@ -269,6 +280,9 @@ class ConfigManager:
                     )
         finally:
             self.leave_restart_note()
+
+    def _passed(self) -> None:
+        self.passes += 1
 
     async def _sync(self) -> None:
         async with self._syncing:

@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from watchfiles import Change
 
@@ -55,8 +56,12 @@ class PrimaryChoice:
         find_attempts: int,
         find_interval: float,
         gone_grace: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` times ``gone_grace`` (seconds, monotonic); tests inject one they move
+        by hand, so that "still within the grace" does not depend on how fast the machine is."""
         self._conf = conf
+        self._clock = clock
         self.directory = conf.multus_autoconfig_dir
         self._fixed = conf.multus_master_cni
         self._follow = follow and not self._fixed
@@ -157,7 +162,7 @@ class PrimaryChoice:
                 why = "a lexically earlier config appeared" if present else "found"
                 await self._switch(first, why)
             return False
-        now = time.monotonic()
+        now = self._clock()
         if self._gone_since is None:
             self._gone_since = now
         if first is None:

@@ -76,35 +76,63 @@ class ReadinessSettings:
             raise ValueError(f"rotation_grace must not be negative, got {self.rotation_grace}")
 
 
-async def wait_for_file(path: str, settings: ReadinessSettings) -> None:
+@dataclass(slots=True)
+class Looks:
+    """How many times a watcher has looked at the file (a stat, after a batch of events, a
+    periodic re-check or a poll) and acted on what it saw.
+
+    It exists for tests and metrics, and costs an increment or two per stat: that the watcher
+    saw a change and did *nothing* shows only as looks made since the change, so a test waits
+    for the counts to pass the values it read before (events) or after the change (looks: by
+    two, as the first may have begun before it) instead of sleeping and hoping it has looked.
+    A look is counted when its stat answers, and what the watcher does about it (return, log
+    the file gone or back) follows before any other task runs.
+    """
+
+    count: int = 0
+    """Every look."""
+    after_events: int = 0
+    """The looks that followed a batch of events in the directory (the others are the first,
+    the periodic re-checks and the polls)."""
+
+
+async def wait_for_file(
+    path: str, settings: ReadinessSettings, *, looks: Looks | None = None
+) -> None:
     """Return once ``path`` exists; raise ``StartupError`` (exit 1) after ``startup_timeout``.
 
     Upstream polls every second; we react to the directory watch at once and still re-check
     every ``poll_interval``, so the daemon starts as soon as the primary network is ready.
+    ``looks`` counts the stats (for tests and metrics).
     """
     target = _resolve(path)
+    looks = Looks() if looks is None else looks
     try:
         async with asyncio.timeout(settings.startup_timeout):
-            await _wait_presence(target, want=True, settings=settings)
+            await _wait_presence(target, want=True, settings=settings, looks=looks)
             return
     except TimeoutError:
         # One last look: the file may have appeared just as the budget ran out.
-        if await _exists(target):
+        if await _exists(target, looks):
             return
     raise StartupError(_not_ready(path), EXIT_CONFIG)
 
 
-async def stat_per_request(path: str, settings: ReadinessSettings) -> None:
+async def stat_per_request(
+    path: str, settings: ReadinessSettings, *, looks: Looks | None = None
+) -> None:
     """The seed's per-request check, kept as a benchmark-only switch (``benchmarkReadinessStat``).
 
     Every ADD and CHECK stats the file from a thread and, while it is missing, re-stats every
     ``poll_interval`` for up to ``startup_timeout``: a flapping file stalls requests for up to
     45 s and then fails them, where the watch exits the daemon once and lets the kubelet retry.
+    ``looks`` counts the stats (for tests and metrics).
     """
     target = _resolve(path)
+    looks = Looks() if looks is None else looks
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.startup_timeout
-    while not await _exists(target):
+    while not await _exists(target, looks):
         if loop.time() + settings.poll_interval > deadline:
             raise CNIError(INTERNAL, _not_ready(path))
         await asyncio.sleep(settings.poll_interval)
@@ -119,17 +147,21 @@ def _not_ready(path: str) -> str:
     )
 
 
-async def watch_until_removed(path: str, settings: ReadinessSettings) -> str:
+async def watch_until_removed(
+    path: str, settings: ReadinessSettings, *, looks: Looks | None = None
+) -> str:
     """Run until ``path`` is gone for good, then return the reason (for the supervisor's log).
 
     "Gone for good" means missing (removed, moved away, or its directory removed) and still
     missing ``rotation_grace`` seconds later; each disappearance gets a fresh grace window. The
     caller owns the consequences (remove ``00-multus.conf``, exit 2); this function never exits
-    the process. Cancelling it stops the watcher thread promptly.
+    the process. Cancelling it stops the watcher thread promptly. ``looks`` counts the stats
+    (for tests and metrics).
     """
     target = _resolve(path)
+    looks = Looks() if looks is None else looks
     while True:
-        await _wait_presence(target, want=False, settings=settings)
+        await _wait_presence(target, want=False, settings=settings, looks=looks)
         log.info(
             "readiness indicator file %s is gone; waiting %gs for it to come back",
             target,
@@ -137,9 +169,9 @@ async def watch_until_removed(path: str, settings: ReadinessSettings) -> str:
         )
         try:
             async with asyncio.timeout(settings.rotation_grace):
-                await _wait_presence(target, want=True, settings=settings)
+                await _wait_presence(target, want=True, settings=settings, looks=looks)
         except TimeoutError:
-            if not await _exists(target):
+            if not await _exists(target, looks):
                 return f"readinessindicatorfile {path} was removed"
         log.info("readiness indicator file %s is back (rotated); still watching", target)
 
@@ -149,7 +181,9 @@ def _resolve(path: str) -> str:
     return os.path.abspath(path)
 
 
-async def _wait_presence(target: str, *, want: bool, settings: ReadinessSettings) -> None:
+async def _wait_presence(
+    target: str, *, want: bool, settings: ReadinessSettings, looks: Looks
+) -> None:
     """Return once the existence of ``target`` equals ``want``.
 
     Watches the parent directory when it exists and the watcher can be armed; polls otherwise,
@@ -158,14 +192,16 @@ async def _wait_presence(target: str, *, want: bool, settings: ReadinessSettings
     directory = os.path.dirname(target)
     warned = False
     while True:
-        present, dir_id = await asyncio.to_thread(_probe, target, directory)
+        present, dir_id = await _look(target, directory, looks)
         if present == want:
             return
         if dir_id is None:
             await asyncio.sleep(settings.poll_interval)
             continue
         try:
-            if await _watch_directory(target, directory, dir_id, want=want, settings=settings):
+            if await _watch_directory(
+                target, directory, dir_id, want=want, settings=settings, looks=looks
+            ):
                 return
             warned = False
         except (OSError, RuntimeError) as exc:
@@ -184,7 +220,13 @@ async def _wait_presence(target: str, *, want: bool, settings: ReadinessSettings
 
 
 async def _watch_directory(
-    target: str, directory: str, dir_id: DirId, *, want: bool, settings: ReadinessSettings
+    target: str,
+    directory: str,
+    dir_id: DirId,
+    *,
+    want: bool,
+    settings: ReadinessSettings,
+    looks: Looks,
 ) -> bool:
     """Watch ``directory`` until ``target``'s existence equals ``want`` (``True``) or the watch
     goes stale because the directory was removed or replaced (``False``).
@@ -204,13 +246,23 @@ async def _watch_directory(
     )
     # aclosing: leaving the loop early (return) must stop the watcher thread now, not at GC.
     async with aclosing(changes):
-        async for _batch in changes:
-            present, current = await asyncio.to_thread(_probe, target, directory)
+        async for batch in changes:
+            present, current = await _look(target, directory, looks, after_events=bool(batch))
             if present == want:
                 return True
             if current != dir_id:
                 return False
     return False
+
+
+async def _look(
+    target: str, directory: str, looks: Looks, *, after_events: bool = False
+) -> tuple[bool, DirId | None]:
+    """:func:`_probe` in a worker thread, counted once it has answered."""
+    seen = await asyncio.to_thread(_probe, target, directory)
+    looks.count += 1
+    looks.after_events += after_events
+    return seen
 
 
 def _probe(target: str, directory: str) -> tuple[bool, DirId | None]:
@@ -224,5 +276,7 @@ def _probe(target: str, directory: str) -> tuple[bool, DirId | None]:
     return os.path.exists(target), dir_id
 
 
-async def _exists(target: str) -> bool:
-    return await asyncio.to_thread(os.path.exists, target)
+async def _exists(target: str, looks: Looks) -> bool:
+    present = await asyncio.to_thread(os.path.exists, target)
+    looks.count += 1
+    return present

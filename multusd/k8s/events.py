@@ -34,6 +34,9 @@ from multusd.k8s.names import checked_namespace
 
 log = logging.getLogger(__name__)
 
+EVENTS_DRAIN = 2.0
+"""At shutdown, how long the queued events may take to be posted (docs/operations.md)."""
+
 COMPONENT = "multus"
 
 
@@ -130,7 +133,7 @@ class EventRecorder:
 
     @contextlib.asynccontextmanager
     async def running(
-        self, drain: float = 2.0, on_failure: Callable[[str], None] | None = None
+        self, drain: float = EVENTS_DRAIN, on_failure: Callable[[str], None] | None = None
     ) -> AsyncIterator[EventRecorder]:
         """Post events while the context is open; on exit give the queue ``drain`` seconds.
 

@@ -122,6 +122,22 @@ def _discovery(state: State, path: DiscoveryPath, method: str) -> web.Response:
     return _json(enc.object(doc))
 
 
+def _body_media_type(request: web.Request) -> str:
+    """The media type of a create, update or delete body, read from the header itself.
+
+    aiohttp's ``content_type`` says ``application/octet-stream`` when the header is absent;
+    kube-apiserver (``NegotiateInputSerializer``) takes an absent one for its first serializer,
+    JSON, and kubectl 1.20's ``create namespace`` sends its JSON body with no Content-Type.
+    """
+    return request_media_type(request.headers.get("Content-Type"))
+
+
+def _patch_media_type(request: web.Request) -> str:
+    """A PATCH's type, parameters dropped, with no default: upstream's patch handler has none
+    either (an absent Content-Type is no patch type, a 415)."""
+    return request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+
+
 async def _body(request: web.Request) -> Any:
     data = await request.read()
     if not data:
@@ -132,7 +148,7 @@ async def _body(request: web.Request) -> Any:
 async def _object_body(request: web.Request, rt: ResourceType) -> dict[str, Any]:
     """A create or update body: JSON for every kind, Kubernetes protobuf for built-in kinds
     (kubectl's typed commands send nothing else), decoded to the same JSON-shaped dict."""
-    media = request_media_type(request.content_type)
+    media = _body_media_type(request)
     if media == JSON_MEDIA_TYPE:
         return decode_object(await request.read())
     accepted = [JSON_MEDIA_TYPE]
@@ -178,7 +194,7 @@ async def _resource(
         entry = operations.update(state, rt, ns, name, body, subresource=target.subresource)
         return _stored(encoder, entry.raw)
     if verb == "patch":
-        media = request_media_type(request.content_type)
+        media = _patch_media_type(request)
         body = await _body(request)
         entry = operations.patch(
             state, rt, ns, name, content_type=media, body=body, subresource=target.subresource
@@ -251,7 +267,7 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
     data = await request.read()
     if not data:
         return {}
-    if request_media_type(request.content_type) == PROTOBUF_MEDIA_TYPE:
+    if _body_media_type(request) == PROTOBUF_MEDIA_TYPE:
         return protodecode.decode_delete_options(data)
     options = loads(data)
     return options if isinstance(options, dict) else {}

@@ -269,6 +269,12 @@ class RequestGate:
             turn.set_result(None)
         else:
             (self._urgent if urgent else self._normal).append(turn)
+            # The one sign that a request is held back by the limit, not by its plugins: what
+            # an operator sees waiting (and what a test waits for, instead of a sleep).
+            log.debug(
+                "connectionLimit %d reached: waiting for a slot (%d in line)",
+                self._limit, self.waiting,
+            )  # fmt: skip
         return Place(self, turn)
 
     def slot(self, *, urgent: bool = False) -> Place:

@@ -185,6 +185,14 @@ class Intake:
         """CNI requests waiting unread."""
         return len(self._dels) + len(self._others)
 
+    @property
+    def expires_at(self) -> float | None:
+        """When (the loop's time) the oldest waiting ADD or CHECK is answered code 11; ``None``
+        while no waiting request can expire (none waits, only DELs do, or no timeout is set).
+        Shows that a request left waiting is not timed, where waiting to see would only show
+        that it was not timed *yet*."""
+        return self._expiry.when() if self._expiry is not None else None
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.listener.setblocking(False)

@@ -4,6 +4,7 @@ prerequisite is a failure, not a silent pass."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -18,7 +19,8 @@ import pytest_asyncio
 
 from multusd.kubesim import KubeSim, Settings
 from multusd.shim_install import install_shim
-from tests.e2e.harness import PLUGIN_DIR, Daemon, ip, short_id
+from tests.e2e.harness import PLUGIN_DIR, Daemon, short_id
+from tests.netns import netns_path, pin_netns, unpin_netns
 
 pytestmark = pytest.mark.netns
 
@@ -55,20 +57,36 @@ def workdir() -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+class NetnsFactory:
+    """Each call creates a network namespace pinned on a file of :attr:`directory` and returns
+    its path (the ``CNI_NETNS`` a runtime would pass; ``ip("-n", path, ...)`` enters it).
+    Pinned files, not ``ip netns add``: that creates and mounts ``/run/netns`` on a host
+    without one, which the node guard reports."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.created: list[Path] = []
+
+    async def __call__(self) -> str:
+        path = self.directory / f"mt-{short_id()}"
+        await asyncio.to_thread(pin_netns, path)
+        self.created.append(path)
+        return str(path)
+
+    def remove_all(self) -> None:
+        for path in self.created:
+            unpin_netns(path)
+
+
 @pytest_asyncio.fixture
-async def netns() -> AsyncIterator[Callable[[], Awaitable[str]]]:
-    """Factory: each call creates a namespace and returns its name; all are removed after."""
-    created: list[str] = []
-
-    async def make() -> str:
-        name = f"mt-{short_id()}"
-        await ip("netns", "add", name)
-        created.append(name)
-        return name
-
-    yield make
-    for name in created:
-        await ip("netns", "del", name, check=False)
+async def netns() -> AsyncIterator[NetnsFactory]:
+    """Factory of namespaces (:class:`NetnsFactory`); all are removed after the test."""
+    factory = NetnsFactory(Path(tempfile.mkdtemp(prefix="mtns-", dir="/tmp")))
+    try:
+        yield factory
+    finally:
+        await asyncio.to_thread(factory.remove_all)
+        shutil.rmtree(factory.directory, ignore_errors=True)
 
 
 @pytest_asyncio.fixture
@@ -90,7 +108,6 @@ def bridge_plugin(bridge: str, workdir: Path, subnet: str = "10.251.0.0/24") -> 
     return {
         "type": "bridge",
         "bridge": bridge,
-        "isGateway": True,
         "ipam": {
             "type": "host-local",
             "dataDir": str(workdir / "ipam"),
@@ -98,6 +115,12 @@ def bridge_plugin(bridge: str, workdir: Path, subnet: str = "10.251.0.0/24") -> 
             "routes": [{"dst": "0.0.0.0/0"}],
         },
     }
+
+
+def tuning_plugin(workdir: Path, **settings: Any) -> dict[str, Any]:
+    """The tuning plugin with ``settings``, keeping the interfaces' original settings under
+    ``workdir`` (its default ``dataDir`` is the node's ``/run/cni/tuning``)."""
+    return {"type": "tuning", **settings, "dataDir": str(workdir / "tuning")}
 
 
 def write_json(path: Path, obj: Any) -> Path:
@@ -115,7 +138,7 @@ def conflist_file(workdir: Path, bridge_name: str) -> Path:
             "name": "testnet",
             "plugins": [
                 bridge_plugin(bridge_name, workdir),
-                {"type": "tuning", "sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1"}},
+                tuning_plugin(workdir, sysctl={"net.ipv4.conf.IFNAME.arp_notify": "1"}),
             ],
         },
     )
@@ -177,7 +200,7 @@ def pod_env(netns_name: str, container_id: str | None = None, pod: str = "pod1")
     cid = container_id or f"c{short_id()}"
     return {
         "CNI_CONTAINERID": cid,
-        "CNI_NETNS": f"/var/run/netns/{netns_name}",
+        "CNI_NETNS": netns_path(netns_name),
         "CNI_IFNAME": "eth0",
         "CNI_PATH": PLUGIN_DIR,
         "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};"

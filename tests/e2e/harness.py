@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import uuid
@@ -37,6 +38,40 @@ async def until_logged(daemon: Daemon, what: str | re.Pattern[str], timeout: flo
         await eventually(lambda: what in daemon.log(), timeout)
     else:
         await eventually(lambda: what.search(daemon.log()) is not None, timeout)
+
+
+def gated_plugin(path: Path, started: Path, release: Path, *, log: Path | None = None) -> None:
+    """Write a CNI plugin at ``path`` whose ADD notes it runs (appends its container ID to
+    ``started``), waits until the test creates ``release``, and returns an empty 1.0.0 result;
+    with ``log``, it then appends ``[command, container, start, end]`` (wall clock) there.
+    Every other command returns at once (a DEL must not wait behind the ADD's gate).
+
+    A slow plugin whose end the test chooses: one that sleeps for a while is still running only
+    as long as the test keeps up, which a loaded machine does not promise. It gives up waiting
+    after two minutes, so a test that failed before releasing it leaves nothing running."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    script = (
+        "#!/usr/bin/python3 -IS\nimport json, os, time\n"
+        "start = time.time()\n"
+        "if os.environ['CNI_COMMAND'] == 'ADD':\n"
+        f"    with open({str(started)!r}, 'a') as f:\n"
+        "        f.write(os.environ['CNI_CONTAINERID'] + '\\n')\n"
+        f"    while not os.path.exists({str(release)!r}) and time.time() < start + 120:\n"
+        "        time.sleep(0.01)\n"
+    )
+    if log is not None:
+        script += (
+            f"with open({str(log)!r}, 'a') as f:\n"
+            "    f.write(json.dumps([os.environ['CNI_COMMAND'], os.environ['CNI_CONTAINERID'],"
+            " start, time.time()]) + '\\n')\n"
+        )
+    path.write_text(script + "print(json.dumps({'cniVersion': '1.0.0'}))\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def started_runs(started: Path) -> list[str]:
+    """The container IDs a :func:`gated_plugin` has noted, one per run begun."""
+    return started.read_text().splitlines() if started.exists() else []
 
 
 @dataclass
@@ -153,8 +188,13 @@ class Daemon:
 
 
 async def ip(*args: str, check: bool = True) -> str:
+    """``ip ARGS``; ``ip -n PATH ...`` runs ``ip ...`` in the namespace pinned on ``PATH``
+    (``ip -n`` knows only ``ip netns`` names)."""
+    argv = ["ip", *args]
+    if len(args) >= 2 and args[0] == "-n" and args[1].startswith("/"):
+        argv = ["nsenter", f"--net={args[1]}", "ip", *args[2:]]
     proc = await asyncio.create_subprocess_exec(
-        "ip", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     out, err = await proc.communicate()
     if check and proc.returncode != 0:
@@ -163,7 +203,7 @@ async def ip(*args: str, check: bool = True) -> str:
 
 
 async def addresses(netns: str) -> dict[str, list[str]]:
-    """``{ifname: ["10.0.0.2/24", ...]}`` inside the namespace ``netns`` (a name)."""
+    """``{ifname: ["10.0.0.2/24", ...]}`` inside the namespace ``netns`` (its path)."""
     links = json.loads(await ip("-n", netns, "-j", "addr"))
     return {
         link["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])]

@@ -6,7 +6,6 @@ fixtures remove all of them whatever the outcome.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import shutil
@@ -25,6 +24,9 @@ from cni_shim.errors import CNIError
 from multusd.cni import conf
 from multusd.cni.api import CNI, RuntimeConf
 from multusd.cni.invoke import LibcniError, SubprocessExecutor
+from tests.e2e.conftest import tuning_plugin
+from tests.e2e.harness import ip
+from tests.netns import pin_netns, unpin_netns
 
 pytestmark = pytest.mark.netns
 
@@ -32,13 +34,8 @@ PLUGIN_DIR = "/usr/lib/cni"
 VERSIONS = ["0.3.1", "0.4.0", "1.0.0"]
 
 
-async def _ip_json(*args: str) -> Any:
-    proc = await asyncio.create_subprocess_exec(
-        "ip", "-j", *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err
-    return json.loads(out or b"[]")
+async def _ip_json(netns_flag: str, netns: str, *args: str) -> Any:
+    return json.loads(await ip(netns_flag, netns, "-j", *args) or "[]")
 
 
 class Env:
@@ -47,11 +44,12 @@ class Env:
     def __init__(self, base: Path) -> None:
         tag = uuid.uuid4().hex[:8]
         self.netns = f"cnie2e{tag}"
-        self.netns_path = f"/var/run/netns/{self.netns}"
+        self.netns_path = str(base / self.netns)  # pinned there (not ip netns: /run/netns)
         self.bridge = f"cbr{tag}"
         self.subnet_octet = random.randint(1, 250)
         self.data_dir = base / "ipam"
         self.cache_dir = base / "cache"
+        self.base = base
 
     @property
     def subnet(self) -> str:
@@ -63,7 +61,6 @@ class Env:
             "name": name,
             "type": "bridge",
             "bridge": self.bridge,
-            "isGateway": True,
             "ipMasq": False,
             "ipam": {"type": "host-local", "subnet": self.subnet, "dataDir": str(self.data_dir)},
         }
@@ -79,11 +76,11 @@ class Env:
 def env() -> Iterator[Env]:
     base = Path(tempfile.mkdtemp(dir="/tmp", prefix="cnie2e"))
     state = Env(base)
-    subprocess.run(["ip", "netns", "add", state.netns], check=True)
+    pin_netns(Path(state.netns_path))
     try:
         yield state
     finally:
-        subprocess.run(["ip", "netns", "del", state.netns], check=False)
+        unpin_netns(Path(state.netns_path))
         subprocess.run(["ip", "link", "del", state.bridge], check=False, capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
@@ -103,7 +100,7 @@ def _rt(env: Env, **kw: Any) -> RuntimeConf:
 
 
 async def _addresses(env: Env, ifname: str = "eth0") -> list[str]:
-    links = await _ip_json("-n", env.netns, "addr", "show")
+    links = await _ip_json("-n", env.netns_path, "addr", "show")
     for link in links:
         if link["ifname"] == ifname:
             return [
@@ -113,7 +110,7 @@ async def _addresses(env: Env, ifname: str = "eth0") -> list[str]:
 
 
 async def _link(env: Env, ifname: str = "eth0") -> dict[str, Any] | None:
-    for link in await _ip_json("-n", env.netns, "link", "show"):
+    for link in await _ip_json("-n", env.netns_path, "link", "show"):
         if link["ifname"] == ifname:
             return dict(link)
     return None
@@ -161,7 +158,7 @@ async def test_conflist_chain_with_capabilities(env: Env, version: str) -> None:
         "name": "e2enet",
         "plugins": [
             {k: v for k, v in env.bridge_conf(version).items() if k not in ("cniVersion", "name")},
-            {"type": "tuning", "capabilities": {"mac": True}},
+            tuning_plugin(env.base, capabilities={"mac": True}),
             {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
         ],
     }

@@ -5,23 +5,25 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import pytest
+import pytest_asyncio
 
-from tests.e2e.conftest import pod_env, shim_config, write_json
+from tests.e2e.conftest import NetnsFactory, pod_env, shim_config, write_json
 from tests.e2e.harness import PLUGIN_DIR, Daemon, ip, run_shim
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
-MakeNetns = Callable[[], Awaitable[str]]
 LIBS = ("/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2")
 
 
-@pytest.fixture
-def tree(workdir: Path) -> Iterator[tuple[Path, Path]]:
+@pytest_asyncio.fixture
+async def tree(workdir: Path, netns: NetnsFactory) -> AsyncIterator[tuple[Path, Path, str]]:
     """A chroot tree holding the real ``loopback`` plugin at the path where, outside, a decoy
-    of the same name fails; plus the host's ``/proc`` and netns mounts, which the plugin uses."""
+    of the same name fails; plus the host's ``/proc`` and the pod's namespace (pinned in the
+    directory bound at the same path inside), which the plugin uses. The namespace is made
+    first: a recursive bind copies the pin, later mounts would not reach the copy."""
+    name = await netns()
     bin_dir = workdir / "bin-chroot"
     bin_dir.mkdir()
     decoy = bin_dir / "loopback"
@@ -38,12 +40,13 @@ def tree(workdir: Path) -> Iterator[tuple[Path, Path]]:
         target = root / lib.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(lib, target)
-    mounts = [(Path("/var/run/netns"), root / "var/run/netns"), (Path("/proc"), root / "proc")]
+    pinned = netns.directory
+    mounts = [(pinned, root / pinned.relative_to("/")), (Path("/proc"), root / "proc")]
     try:
         for source, target in mounts:  # what a plugin needs of the host, as /hostroot has
             target.mkdir(parents=True)
-            subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
-        yield root, bin_dir
+            subprocess.run(["mount", "--rbind", str(source), str(target)], check=True)
+        yield root, bin_dir, name
     finally:
         for _, target in reversed(mounts):
             subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
@@ -52,17 +55,15 @@ def tree(workdir: Path) -> Iterator[tuple[Path, Path]]:
 
 
 async def test_delegates_run_inside_the_chroot(
-    start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path,
-    tree: tuple[Path, Path],
-) -> None:  # fmt: skip
-    root, bin_dir = tree
+    start_daemon: StartDaemon, shim_path: Path, workdir: Path, tree: tuple[Path, Path, str]
+) -> None:
+    root, bin_dir, name = tree
     cluster = write_json(
         workdir / "net.d" / "10-lo.conf", {"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}
     )
     daemon = await start_daemon(
         clusterNetwork=str(cluster), binDir=str(bin_dir), chrootDir=str(root)
     )
-    name = await netns()
     env = pod_env(name)
     added = await run_shim(shim_path, "ADD", shim_config(daemon), env=env)
     assert added.returncode == 0, added

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from cni_shim import wire
+from multusd import shim_bundle
 from tests.e2e.conftest import bridge_plugin, pod_env, shim_config
 from tests.e2e.harness import Daemon, addresses, ip, run_shim
 
@@ -216,3 +217,18 @@ async def test_bridge_state_cleaned(
     await _add_check_del(shim_path, daemon, await netns())
     links = json.loads(await ip("-j", "link", "show", "master", bridge_name))
     assert links == []
+
+
+async def test_the_host_shim_for_python_less_nodes_against_the_real_daemon(
+    start_daemon: StartDaemon, netns: MakeNetns, conflist_file: Path, workdir: Path
+) -> None:
+    """The shim the DaemonSet's init container installs (``install-shim --bundle``: its own
+    interpreter and a zip of what it imports, no host Python used) through a whole ADD, CHECK
+    and DEL with the real daemon and plugins, at the CNI versions that have CHECK.
+    (tests/image runs the same bundle under containerd against the daemon in its container.)"""
+    shim = await asyncio.to_thread(shim_bundle.install_host_shim, workdir / "host-bin")
+    assert shim.read_bytes().startswith(f"#!{workdir / 'host-bin' / 'multus-shim.d'}".encode())
+    daemon = await start_daemon(clusterNetwork=str(conflist_file))
+    for version in ("0.4.0", "1.0.0", "1.1.0"):  # CHECK exists since 0.4.0
+        result = await _add_check_del(shim, daemon, await netns(), version)
+        assert result["cniVersion"] == version

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tests.e2e.conftest import pod_env, shim_config
-from tests.e2e.harness import Daemon, run_shim
+from tests.e2e.harness import Daemon, gated_plugin, run_shim, started_runs, until_logged
 from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
-SLEEP = 0.6
 
 
 def _started(log: Path) -> Path:
@@ -23,22 +21,9 @@ def _started(log: Path) -> Path:
     return log.with_suffix(".started")
 
 
-def _sleeper(bin_dir: Path, log: Path) -> None:
-    """A plugin that records when it ran (start, end) and returns an empty 1.0.0 result."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    path = bin_dir / "sleeper"
-    path.write_text(
-        "#!/usr/bin/python3 -IS\nimport os, time, json\n"
-        "start = time.time()\n"
-        f"with open({str(_started(log))!r}, 'a') as f:\n"
-        "    f.write(os.environ['CNI_CONTAINERID'] + '\\n')\n"
-        f"time.sleep({SLEEP})\n"
-        f"with open({str(log)!r}, 'a') as f:\n"
-        "    f.write(json.dumps([os.environ['CNI_COMMAND'], os.environ['CNI_CONTAINERID'],"
-        " start, time.time()]) + '\\n')\n"
-        "print(json.dumps({'cniVersion': '1.0.0'}))\n"
-    )
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+def _release(log: Path) -> Path:
+    """The file that lets every run of the plugin end (it waits for it)."""
+    return log.with_suffix(".release")
 
 
 def _intervals(log: Path) -> list[tuple[str, str, float, float]]:
@@ -50,8 +35,10 @@ def _overlap(a: tuple[str, str, float, float], b: tuple[str, str, float, float])
 
 
 async def _daemon(start_daemon: StartDaemon, workdir: Path, **extra: object) -> tuple[Daemon, Path]:
+    """A daemon whose one delegate runs until the test releases it, noting each run's start
+    and (in ``runs.log``, returned) its interval."""
     log = workdir / "runs.log"
-    _sleeper(workdir / "bin", log)
+    gated_plugin(workdir / "bin" / "sleeper", _started(log), _release(log), log=log)
     delegate = {"cniVersion": "1.0.0", "name": "sleepy", "type": "sleeper"}
     daemon = await start_daemon(delegates=[delegate], binDir=str(workdir / "bin"), **extra)
     return daemon, log
@@ -63,10 +50,15 @@ async def test_same_container_is_serialised(
     daemon, log = await _daemon(start_daemon, workdir)
     env = pod_env(await netns(), "same")
     # Two ADDs for one sandbox (the plugin creates nothing, so both succeed).
-    runs = await asyncio.gather(
+    runs = asyncio.gather(
         *(run_shim(shim_path, "ADD", shim_config(daemon), env=env) for _ in range(2))
     )
-    assert [r.returncode for r in runs] == [0, 0], runs
+    # One runs; the other waits for it, as the daemon says, and has not started.
+    await eventually(lambda: started_runs(_started(log)))
+    await until_logged(daemon, "container same: waiting behind 1 earlier request(s)")
+    assert started_runs(_started(log)) == ["same"]
+    _release(log).touch()
+    assert [r.returncode for r in await runs] == [0, 0]
     first, second = _intervals(log)
     assert not _overlap(first, second)
 
@@ -76,10 +68,12 @@ async def test_different_containers_run_in_parallel(
 ) -> None:
     daemon, log = await _daemon(start_daemon, workdir)
     envs = [pod_env(await netns(), f"c{i}") for i in range(2)]
-    runs = await asyncio.gather(
-        *(run_shim(shim_path, "ADD", shim_config(daemon), env=e) for e in envs)
-    )
-    assert [r.returncode for r in runs] == [0, 0], runs
+    runs = asyncio.gather(*(run_shim(shim_path, "ADD", shim_config(daemon), env=e) for e in envs))
+    # Both plugins run at once: neither ends before the release, so both started means both
+    # run (serialised, the second would never start).
+    await eventually(lambda: sorted(started_runs(_started(log))) == ["c0", "c1"])
+    _release(log).touch()
+    assert [r.returncode for r in await runs] == [0, 0]
     first, second = _intervals(log)
     assert _overlap(first, second)
 
@@ -90,8 +84,12 @@ async def test_connection_limit_queues_instead_of_failing(
     daemon, log = await _daemon(start_daemon, workdir, connectionLimit=1)
     envs = [pod_env(await netns(), f"q{i}") for i in range(3)]
     adds = asyncio.gather(*(run_shim(shim_path, "ADD", shim_config(daemon), env=e) for e in envs))
-    await eventually(_started(log).exists)  # one holds the only slot, the others queue
+    # One holds the only slot, the other two wait in line for it (the daemon says so).
+    await eventually(lambda: started_runs(_started(log)))
+    await until_logged(daemon, "connectionLimit 1 reached: waiting for a slot (2 in line)")
+    assert len(started_runs(_started(log))) == 1
     assert (await daemon.request("GET", "/readyz"))[0] == 200  # probes never queue
+    _release(log).touch()
     runs = await adds
     assert [r.returncode for r in runs] == [0, 0, 0], runs
     intervals = _intervals(log)

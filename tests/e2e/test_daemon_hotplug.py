@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from multusd.kubesim import KubeSim
-from tests.e2e.conftest import bridge_plugin
+from tests.e2e.conftest import bridge_plugin, tuning_plugin
 from tests.e2e.harness import Daemon, addresses, ip
+from tests.netns import netns_path
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -21,7 +22,7 @@ def _body(command: str, netns: str, config: dict[str, Any], **attributes: Any) -
     env = {
         "CNI_COMMAND": command,
         "CNI_CONTAINERID": "hotplug1",
-        "CNI_NETNS": f"/var/run/netns/{netns}",
+        "CNI_NETNS": netns_path(netns),
         "CNI_IFNAME": "net1",
         "CNI_ARGS": "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_UID=uid1",
     }
@@ -40,7 +41,7 @@ def _bridge_with_mac(workdir: Path, bridge: str) -> dict[str, Any]:
         "name": "hotnet",
         "plugins": [
             bridge_plugin(bridge, workdir, subnet="10.251.9.0/24"),
-            {"type": "tuning", "capabilities": {"mac": True}},
+            tuning_plugin(workdir, capabilities={"mac": True}),
         ],
     }
 

@@ -21,6 +21,8 @@ from tests.e2e.kube import (
     uid_env,
     unreachable_kubeconfig,
 )
+from tests.netns import netns_path
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -52,9 +54,7 @@ async def test_cached_pod_costs_no_reads_and_one_status_patch(
     assert statuses[0]["ips"][0].startswith("10.251.0.")
     assert pod["metadata"]["annotations"][NETWORK_STATUS].startswith('[{\n    "name": "testnet",')
     # The AddedInterface event is posted in the background, after the ADD returned.
-    async with asyncio.timeout(10):
-        while kubesim.stats.count("create", "events") < 1:
-            await asyncio.sleep(0.05)
+    await eventually(lambda: kubesim.stats.count("create", "events") >= 1, 10)
     assert kubesim.stats.count("create", "events") == 1
     kubesim.stats.reset()
     deleted = await run_shim(shim_path, "DEL", shim_config(daemon), env=env)
@@ -165,7 +165,7 @@ async def test_missing_pod_gets_an_empty_result_and_no_networks(
     assert added.returncode == 0, added
     result = added.json()
     assert result["cniVersion"] == "0.3.1"
-    assert result["interfaces"] == [{"name": "eth0", "sandbox": f"/var/run/netns/{name}"}]
+    assert result["interfaces"] == [{"name": "eth0", "sandbox": netns_path(name)}]
     assert "eth0" not in await addresses(name)
     assert not (daemon.cni_dir / env["CNI_CONTAINERID"]).exists()
 

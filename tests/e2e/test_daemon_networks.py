@@ -4,7 +4,6 @@ host-local, static, tuning) in real namespaces."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -14,9 +13,11 @@ import pytest
 import pytest_asyncio
 
 from multusd.kubesim import KubeSim
-from tests.e2e.conftest import bridge_plugin, shim_config
+from multusd.kubesim.resources import EVENTS
+from tests.e2e.conftest import bridge_plugin, shim_config, tuning_plugin
 from tests.e2e.harness import Daemon, addresses, ip, run_shim, short_id
 from tests.e2e.kube import NETWORK_STATUS, create_pod, start_kube, uid_env
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
@@ -58,7 +59,7 @@ async def nets(kubesim: KubeSim, workdir: Path, parent: str, bridge_name: str) -
         "cniVersion": "1.0.0",
         "plugins": [
             bridge_plugin(second_bridge, workdir, subnet="10.251.20.0/24"),
-            {"type": "tuning", "capabilities": {"mac": True}},
+            tuning_plugin(workdir, capabilities={"mac": True}),
         ],
     }
     macvlan = {
@@ -192,9 +193,15 @@ async def test_missing_nad_records_a_warning_event(
     assert (
         await run_shim(shim_path, "ADD", shim_config(daemon), env=uid_env(name, "lost", uid))
     ).returncode == 1
-    async with asyncio.timeout(10):
-        while kubesim.stats.count("create", "events") < 1:
-            await asyncio.sleep(0.05)
+
+    def events() -> list[dict[str, Any]]:
+        return [entry.decode() for entry in kubesim.store.iter_entries(EVENTS, "default")]
+
+    # Posted in the background, after the ADD's answer.
+    (event,) = await eventually(events, what="the NoNetworkFound event")
+    assert (event["type"], event["reason"]) == ("Warning", "NoNetworkFound")
+    assert "cannot find a network-attachment-definition (nope)" in event["message"]
+    assert event["involvedObject"]["name"] == "lost"
 
 
 async def test_failing_second_network_rolls_back_the_first(

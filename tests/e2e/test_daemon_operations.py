@@ -4,11 +4,11 @@ regeneration, the readiness indicator, graceful shutdown with a request in fligh
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import signal
 import socket
-import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +16,14 @@ from typing import Any
 import aiohttp
 
 from tests.e2e.conftest import pod_env, write_json
-from tests.e2e.harness import Daemon, addresses, run_shim, until_logged
+from tests.e2e.faults import log_barrier
+from tests.e2e.harness import Daemon, addresses, gated_plugin, run_shim, until_logged
 from tests.waits import eventually, until_watched
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
+AT_FDCWD = -100  # <fcntl.h>: a path relative to the working directory
+RENAME_EXCHANGE = 2  # <linux/fs.h>: renameat2 swaps the two names
 
 
 def _auto(workdir: Path, conflist: Path, **extra: Any) -> dict[str, Any]:
@@ -98,16 +101,30 @@ async def test_readiness_indicator_removed_exits_2_and_removes_the_config(
     rotated = ready.with_suffix(".new")
     rotated.write_text("ok again")
     rotated.replace(ready)
-    # Nothing to wait for: the point is that nothing happens. A second later the daemon still
-    # runs and never saw the file gone (a rename-over leaves no gap to see; a gap would start
-    # the 5 s grace, which this window is too short to see expire).
-    await asyncio.sleep(1.0)
+    # Nor is a swap of its directory for one that holds the file too, and the watch follows
+    # it: re-armed on the new directory, it has looked at everything before, the rotation
+    # included. (A watch judging a file present shows nothing else outside.)
+    swapped = workdir / "ready.next"
+    swapped.mkdir()
+    (swapped / ready.name).write_text("ok, moved")
+    _exchange(swapped, ready.parent)
+    await until_watched(ready.parent, daemon.proc.pid)
     assert daemon.proc.returncode is None
-    assert "is gone; waiting" not in daemon.log()
-    ready.unlink()
-    assert daemon.proc is not None
+    await log_barrier(daemon)  # what the watcher logged so far is in the file (a thread writes)
+    assert "is gone; waiting" not in daemon.log(), "a rotation or a swap seen as a loss"
+    ready.unlink()  # from the new directory: seen there, so the watch did follow the swap
     assert await asyncio.wait_for(daemon.proc.wait(), 30) == 2
+    assert daemon.log().count("is gone; waiting") == 1
     assert not generated.exists()
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two paths at once (``renameat2`` with ``RENAME_EXCHANGE``): each name is bound at
+    every moment, so a watcher never finds either missing."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE):
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno), str(a), None, str(b))
 
 
 async def test_readiness_stat_switch_stalls_requests_instead_of_exiting(
@@ -122,14 +139,16 @@ async def test_readiness_stat_switch_stalls_requests_instead_of_exiting(
     daemon = await start_daemon(**_auto(workdir, conflist_file, **extra))
     generated = workdir / "cni" / "00-multus.conf"
     await eventually(generated.exists)
+    # The daemon said it would not watch the file: nothing stops it when the file goes.
+    await until_logged(daemon, f"readiness indicator {ready}: checked by each ADD and CHECK")
     ready.unlink()
     env = pod_env(await netns())
     add = asyncio.create_task(run_shim(shim_path, "ADD", generated.read_bytes(), env=env))
-    # Nothing to wait for: that the daemon does not exit shows only as time passing, past the
-    # watch's 5 s grace (the watch would have exited by now), with the ADD still waiting.
-    await asyncio.sleep(6.0)
+    # The ADD stalls on the missing file (for up to 45 s), with the daemon still serving.
+    await until_logged(daemon, f"readiness indicator file {ready} is missing: the request waits")
     assert daemon.proc is not None and daemon.proc.returncode is None
     assert not add.done()
+    assert (await daemon.request("GET", "/readyz"))[0] == 200
     ready.write_text("ok")
     added = await asyncio.wait_for(add, 30)
     assert added.returncode == 0, added
@@ -145,15 +164,8 @@ async def test_sigterm_lets_an_in_flight_add_finish(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path
 ) -> None:
     bin_dir = workdir / "slowbin"
-    bin_dir.mkdir()
-    slow = bin_dir / "slow"
-    started = workdir / "slow.started"
-    slow.write_text(
-        "#!/usr/bin/python3 -IS\nimport time, json\n"
-        f"open({str(started)!r}, 'w').close()\ntime.sleep(1.5)\n"
-        "print(json.dumps({'cniVersion': '1.0.0'}))\n"
-    )
-    slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
+    started, release = workdir / "slow.started", workdir / "slow.release"
+    gated_plugin(bin_dir / "slow", started, release)  # runs until the test says so
     delegate = {"cniVersion": "1.0.0", "name": "slow", "type": "slow"}
     daemon = await start_daemon(delegates=[delegate], binDir=str(bin_dir))
     config = {"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus-shim",
@@ -162,7 +174,9 @@ async def test_sigterm_lets_an_in_flight_add_finish(
     await eventually(started.exists)  # the plugin is running
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGTERM)
-    # Draining: /readyz says 500 (new ADDs wait for a successor), DELs are still served.
+    # Draining, the ADD in flight: /readyz says 500 (new ADDs wait for a successor), DELs are
+    # still served.
+    await until_logged(daemon, "shutdown: waiting up to 10s for 1 request(s) in flight")
     await eventually(lambda: _readyz_is(daemon, 500))
     other = pod_env(await netns())
     status, _ = await daemon.request("GET", "/healthz")
@@ -170,6 +184,8 @@ async def test_sigterm_lets_an_in_flight_add_finish(
     deleted = await run_shim(shim_path, "DEL", config, env=other)
     assert deleted.returncode == 0, deleted
     await until_logged(daemon, "DEL container=" + other["CNI_CONTAINERID"], 10)
+    assert not add.done() and daemon.proc.returncode is None  # the drain still waits for it
+    release.touch()  # the plugin ends: the ADD finishes, and with it the drain
     added = await add
     assert added.returncode == 0, added
     assert await asyncio.wait_for(daemon.proc.wait(), 30) == 0

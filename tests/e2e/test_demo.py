@@ -32,7 +32,8 @@ import yaml
 from multusd.config.daemon import DaemonConfig, parse_daemon_config
 from multusd.demo_rig import DemoDirs, cluster_network, confine, daemon_config, example
 from tests.e2e.harness import PLUGIN_DIR, REPO, ip
-from tests.hostsnap import host_links, tree
+from tests.hostsnap import FORWARDING_SYSCTLS, host_links, sysctls, tree
+from tests.image.containerfile import copy_sources
 
 # Trees only CNI components write (every test keeps its own files in temp dirs): compared whole.
 WHOLE = (
@@ -64,7 +65,7 @@ class DemoRun:
     def of(cls, out: str) -> DemoRun:
         """The run whose output is ``out``: its cluster network's bridge and its workdir."""
         tag = re.search(r'"name": "mdemo(\d+)"', out)
-        workdir = re.search(r"^== multusd demo \(workdir (/tmp/mdemo-\w+)\)$", out, re.M)
+        workdir = re.search(r"^== multusd demo \(workdir (/tmp/mdemo-\w+); ", out, re.M)
         assert tag and workdir, out
         return cls(tag[1], workdir[1])
 
@@ -97,6 +98,7 @@ async def snapshot() -> Snapshot:
     }
     temp = sorted(str(p) for p in Path("/tmp").glob("mdemo-*"))
     return {
+        "sysctls": sysctls(),  # the bridge's isGateway turns forwarding on where it runs
         "whole": whole,
         "shared": shared,
         "netns": netns,
@@ -109,6 +111,7 @@ async def snapshot() -> Snapshot:
 def mine(snap: Snapshot, run: DemoRun) -> Snapshot:
     """``snap`` with only what names ``run`` (the trees compared whole stay whole)."""
     return {
+        "sysctls": snap["sysctls"],
         "whole": snap["whole"],
         "shared": {
             root: {p: v for p, v in entries.items() if run.names(p)}
@@ -150,6 +153,7 @@ def _assert_wired(out: str) -> None:
     assert '"name": "default/macvlan-conf"' in out  # the network-status annotation
     assert "-- CHECK\nok" in out and "-- DEL\nok" in out
     assert re.search(r"netns /tmp/mdemo-\w+/netns\)", out)  # in its temp dir, not /run/netns
+    assert "a network namespace of its own is the node" in out  # its links and sysctls
 
 
 async def test_demo_wires_a_namespace_and_leaves_the_host_as_it_was() -> None:
@@ -158,6 +162,25 @@ async def test_demo_wires_a_namespace_and_leaves_the_host_as_it_was() -> None:
     assert code == 0, out + err
     _assert_wired(out)
     assert_unchanged(before, await snapshot(), DemoRun.of(out))
+
+
+async def test_demo_leaves_forwarding_off_where_it_was_off() -> None:
+    """This machine may already forward (then the snapshot above cannot see a flip): run the
+    demo from a fresh network namespace standing in for a machine that does not (forwarding
+    switched off there), and read its forwarding switches after. The cluster network's
+    ``isGateway`` turns them on only in the demo's own node namespace."""
+    ipv4 = FORWARDING_SYSCTLS[:2]  # the switches isGateway turns on (a new namespace may
+    off = " && ".join(f"echo 0 > {path}" for path in ipv4)  # inherit the machine's: set off)
+    read = "cat " + " ".join(ipv4)
+    script = f'ip link set lo up && {off} && {read} && "$@" >/dev/null && {read}'
+    proc = await asyncio.create_subprocess_exec(
+        "unshare", "--net", "sh", "-c", script, "sh", sys.executable, "-m", "multusd", "demo",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    values = out.decode().split()
+    assert values == ["0", "0", "0", "0"], values
 
 
 async def test_demo_without_root_exits_2_with_a_clear_message() -> None:
@@ -175,11 +198,15 @@ async def test_demo_without_root_exits_2_with_a_clear_message() -> None:
 def installed() -> Iterator[Path]:
     """A fresh venv holding the built wheel; the dependencies come from the test venv's
     site-packages by a .pth line (no downloads), whose editable multusd is not activated that
-    way (.pth files are processed in site dirs only), so ``multusd`` is the wheel's."""
+    way (.pth files are processed in site dirs only), so ``multusd`` is the wheel's. The wheel
+    is built offline, from a copy of the sources (the checkout gets no ``build/``), with the
+    test venv's setuptools (no isolated build environment to download)."""
     root = Path(tempfile.mkdtemp(prefix="mt-wheel-", dir="/tmp"))
     try:
         dist, venv = root / "dist", root / "venv"
-        _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO))
+        source = copy_sources(root / "source")
+        _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
+             "--no-build-isolation", "-w", str(dist), str(source))  # fmt: skip
         (wheel,) = dist.glob("multusd-*.whl")
         _run("/usr/bin/python3", "-m", "venv", str(venv))
         _run(str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",

@@ -25,7 +25,7 @@ from tests.e2e.faults import (
     rss_kib,
     wait_gone,
 )
-from tests.e2e.harness import Daemon, run_shim
+from tests.e2e.harness import Daemon, run_shim, until_logged
 from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
@@ -303,8 +303,9 @@ async def test_requests_beyond_the_queue_caps_are_told_to_try_again_later(
 
     tasks = [asyncio.create_task(one()) for _ in range(5000)]
     await eventually(lambda: sum(not t.done() for t in tasks) <= 15, 240, interval=0.2)
-    # Nothing to wait for: that the 15 stay waiting shows only as time passing.
-    await asyncio.sleep(1)
+    # The container holds the hung ADD and 15 behind it (the daemon logs each one's place);
+    # that they stay there is what the DEL's answers to all 15 below show.
+    await until_logged(daemon, f"container {cid}: waiting behind 15 earlier request(s)")
     waiting = [t for t in tasks if not t.done()]
     assert len(waiting) == 15, "with the hung ADD, 16 requests wait for one container"
     refused = {t.result()[:2] for t in tasks if t.done()}

@@ -137,10 +137,9 @@ async def test_probes_answer_while_plugins_hang(
     adds = [
         asyncio.create_task(run_shim(shim_path, "ADD", shim_config(daemon), env=e)) for e in envs
     ]
-    # Two of them hang; the third waits for a slot.
+    # Two of them hang; the third waits for a slot, and the daemon says so.
     await eventually(lambda: len(list(rig.pids_dir.iterdir())) >= 2, 60)
-    # Nothing to wait for: that the third does not start shows only as time passing.
-    await asyncio.sleep(0.5)
+    await until_logged(daemon, "connectionLimit 2 reached: waiting for a slot (1 in line)")
     assert len(list(rig.pids_dir.iterdir())) == 2, "connectionLimit holds the third back"
     for _ in range(5):
         assert await _healthy(daemon)

@@ -30,7 +30,7 @@ import pytest_asyncio
 from multusd.kubesim import KubeSim
 from multusd.kubesim.faults import ErrorRule
 from tests.e2e.conftest import daemon_config, pod_env, shim_config
-from tests.e2e.harness import Daemon, run_shim, until_logged
+from tests.e2e.harness import Daemon, gated_plugin, run_shim, until_logged
 from tests.e2e.kube import (
     NETWORK_STATUS,
     create_pod,
@@ -201,22 +201,21 @@ async def test_sigterm_during_a_short_add_lets_it_finish(
     start_daemon: StartDaemon, netns: MakeNetns, shim_path: Path, workdir: Path
 ) -> None:
     bin_dir = workdir / "slowbin"
-    bin_dir.mkdir()
-    started = workdir / "plugin.started"
-    slow = bin_dir / "slow"
-    slow.write_text(
-        "#!/usr/bin/python3 -IS\nimport time, json\n"
-        f"open({str(started)!r}, 'w').close()\ntime.sleep(3)\n"
-        "print(json.dumps({'cniVersion': '1.0.0'}))\n"
-    )
-    slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
+    started, release = workdir / "plugin.started", workdir / "plugin.release"
+    gated_plugin(bin_dir / "slow", started, release)  # runs until the test says so
     delegate = {"cniVersion": "1.0.0", "name": "slow", "type": "slow"}
     daemon = await start_daemon(delegates=[delegate], binDir=str(bin_dir))
     add = asyncio.create_task(
         run_shim(shim_path, "ADD", shim_config(daemon), env=pod_env(await netns()))
     )
     await eventually(started.exists)
-    assert await _sigterm_and_wait(daemon, GRACE) == 0, daemon.log()
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGTERM)
+    # Shutdown has begun with the ADD in flight; it ends well inside the drain.
+    await until_logged(daemon, "shutdown: waiting up to 10s for 1 request(s) in flight")
+    release.touch()
+    async with asyncio.timeout(GRACE):
+        assert await daemon.proc.wait() == 0, daemon.log()
     added = await add
     assert added.returncode == 0, added
     assert not os.path.exists(daemon.socket_path)

@@ -13,9 +13,14 @@ from pathlib import Path
 from tests.e2e.conftest import daemon_config, pod_env, shim_config
 from tests.e2e.faults import hang_rig
 from tests.e2e.harness import Daemon, free_port, http_get, run_shim
+from tests.waits import eventually
 
 StartDaemon = Callable[..., Awaitable[Daemon]]
 MakeNetns = Callable[[], Awaitable[str]]
+
+
+async def _readyz_is(port: int, status: int) -> bool:
+    return (await http_get(port, "/readyz"))[0] == status
 
 
 async def test_probes_answer_over_http_on_loopback(
@@ -37,9 +42,7 @@ async def test_probes_answer_over_http_on_loopback(
     await rig.pids(env["CNI_CONTAINERID"])
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGTERM)
-    async with asyncio.timeout(10):
-        while (await http_get(port, "/readyz"))[0] != 500:
-            await asyncio.sleep(0.05)
+    await eventually(lambda: _readyz_is(port, 500), 10)
     assert (await http_get(port, "/healthz"))[0] == 200
     assert await asyncio.wait_for(daemon.proc.wait(), 60) == 0
     await add

@@ -17,6 +17,7 @@ from cni_shim.errors import CNIError
 from multusd.cni import cache
 from multusd.cni.routes import RouteActions, apply_default_routes, rewrite_cached_routes
 from tests.e2e.harness import ip
+from tests.netns import netns_path
 
 NetnsFactory = Callable[[], Awaitable[str]]
 DELETE_ALL = RouteActions(delete_v4=True, delete_v6=True, add=())
@@ -62,7 +63,7 @@ EVERYTHING = {
 
 
 def path(name: str) -> str:
-    return f"/run/netns/{name}"
+    return netns_path(name)
 
 
 async def test_delete_removes_only_that_links_defaults(netns: NetnsFactory) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 
 from tests import mountns
 from tests.hostsnap import tree
-from tests.image.containerfile import CONTAINERFILE, ROOT
+from tests.image.containerfile import CONTAINERFILE, ROOT, copy_sources
 
 IMAGE = "localhost/multusd:dev"
 """The name manifests/kind gives the image (``images:`` there), so a loaded archive is used."""
@@ -64,8 +64,6 @@ BASE_PACKAGES = ("python3", "python3-venv")
 """What the Containerfile needs of its BASE: the interpreter and its venv module."""
 EXCLUDED = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 """Left out of every package, as Debian's slim images do (copyright files are kept)."""
-CONTEXT = ("pyproject.toml", "README.md", "cni_shim", "multusd")
-"""The files the Containerfile's builder stage copies: the wheelhouse is built from these."""
 BUILD_REQUIRES = ("setuptools>=68",)
 """pyproject.toml's [build-system] requires: pip needs them to build "." offline."""
 TOOLS_HOST_PATHS = (
@@ -159,14 +157,7 @@ class Builder:
         plus the build backend, built from a copy of the builder stage's context (so nothing is
         written into the checkout)."""
         wheels = self.work / "wheels"
-        source = self.work / "source"
-        source.mkdir()
-        for name in CONTEXT:
-            src = ROOT / name
-            if src.is_dir():
-                shutil.copytree(src, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(src, source / name)
+        source = copy_sources(self.work / "source")
         constraints = self.work / "constraints.txt"
         constraints.write_text("".join(f"{pin}\n" for pin in installed_pins()))
         pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]

@@ -17,9 +17,9 @@ from tests.e2e.cri.containerd import check_installed, host_snapshot, host_writes
 from tests.e2e.cri.image import build_image_tar
 from tests.image.build import ARCHIVE, DEFAULT_IMAGE_DIR, IMAGE, IMAGE_DIR_ENV
 from tests.image.node import NodeContainerd
-from tests.kubesim.conftest import kubectl_bin
+from tests.kubesim.conftest import kustomize_bin
 
-__all__ = ["image_archive", "kubectl_bin", "kubesim", "make_node"]
+__all__ = ["image_archive", "kubesim", "kustomize_bin", "make_node"]
 
 
 @pytest.fixture(scope="session")

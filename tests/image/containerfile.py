@@ -4,6 +4,8 @@ something to it (the manifests' entrypoint, the packages it installs, the image 
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +52,30 @@ def global_args(path: Path = CONTAINERFILE) -> dict[str, str]:
             name, _, default = args.partition("=")
             found[name] = default
     return found
+
+
+def builder_sources(path: Path = CONTAINERFILE) -> list[str]:
+    """What the builder stage COPYs from the context: all a wheel of the project needs."""
+    sources: list[str] = []
+    for op, args in stages(path)[0]:
+        if op == "COPY" and not args.startswith("--from"):
+            *copied, _dest = shlex.split(args)
+            sources += [name.rstrip("/") for name in copied]
+    return sources
+
+
+def copy_sources(dest: Path) -> Path:
+    """Copy :func:`builder_sources` of the checkout into ``dest`` (no ``__pycache__``), so a
+    wheel is built there: a build writes ``build/`` and ``*.egg-info`` beside the sources, and
+    never into the checkout."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in builder_sources():
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
+    return dest
 
 
 def entrypoint(path: Path = CONTAINERFILE) -> list[str]:

@@ -55,7 +55,9 @@ NAD_SUBNET = "10.253.1.0/24"
 Obj = dict[str, Any]
 
 
-def kind_objects(kubectl: str, home: Path) -> tuple[Obj, dict[str, dict[str, str]]]:
+def kind_objects(
+    kubectl: KubectlBinary | None, home: Path
+) -> tuple[Obj, dict[str, dict[str, str]]]:
     """The DaemonSet's pod template and the ConfigMaps' data, as kind gets them."""
     objects = kustomize(kubectl, KIND, home)
     (daemonset,) = [o for o in objects if o["kind"] == "DaemonSet"]
@@ -246,11 +248,11 @@ def app_pod(kubesim: KubeSim, name: str, networks: str) -> SandboxConfig:
 
 async def test_the_daemonset_runs_from_the_image(
     make_node: Callable[[tuple[Path, ...]], NodeContainerd],
-    kubectl_bin: KubectlBinary,
+    kustomize_bin: KubectlBinary | None,
     kubesim: KubeSim,
     tmp_path: Path,
 ) -> None:
-    template, config_maps = kind_objects(kubectl_bin.path, tmp_path / "home")
+    template, config_maps = kind_objects(kustomize_bin, tmp_path / "home")
     (daemon_spec,) = template["spec"]["containers"]
     daemon_config = json.loads(config_maps["multus-daemon-config"]["daemon-config.json"])
     # The socket's directory on the node (in the /run the DaemonSet mounts whole).

@@ -157,6 +157,34 @@ async def test_delete_preconditions(kubesim: KubeSim, http: aiohttp.ClientSessio
         assert resp.status == 200
 
 
+async def test_a_body_with_no_content_type_is_json(kubesim: KubeSim, http: aiohttp.ClientSession):
+    """kube-apiserver reads a create, update or DeleteOptions body sent with no Content-Type
+    as JSON, its first serializer (kubectl 1.20's ``create namespace`` sends one so); a PATCH
+    has no default type (415), and a type it does not know is a 415 too."""
+    url = "/api/v1/namespaces/default/pods"
+    bare = {"skip_auto_headers": ["Content-Type"]}
+    async with http.post(url, data=json.dumps(pod("p")), **bare) as resp:
+        assert resp.status == 201, await resp.text()
+    assert kubesim.stats.requests()[-1].body_type == ""
+    body = kubesim.get("pods", "default", "p")
+    body["metadata"]["labels"] = {"app": "web"}
+    async with http.put(f"{url}/p", data=json.dumps(body), **bare) as resp:
+        assert resp.status == 200, await resp.text()
+    assert kubesim.get("pods", "default", "p")["metadata"]["labels"] == {"app": "web"}
+
+    merge = json.dumps({"metadata": {"labels": {"app": "db"}}})
+    async with http.patch(f"{url}/p", data=merge, **bare) as resp:
+        assert resp.status == 415
+    octets = {"Content-Type": "application/octet-stream"}
+    async with http.post(url, data=json.dumps(pod("q")), headers=octets) as resp:
+        assert resp.status == 415
+        assert "(got 'application/octet-stream')" in (await resp.json())["message"]
+
+    options = json.dumps({"preconditions": {"uid": "not-the-uid"}})
+    async with http.delete(f"{url}/p", data=options, **bare) as resp:
+        assert resp.status == 409  # the options were read: their precondition failed
+
+
 async def test_events_k8s_io_group(kubesim: KubeSim, http: aiohttp.ClientSession):
     event = {
         "apiVersion": "events.k8s.io/v1",

@@ -1,5 +1,9 @@
 """kubectl against the emulator: apply, get, annotate, delete, get --watch, and the typed
-commands that send protobuf (create namespace, debug --copy-to), read from the request log."""
+commands that send protobuf (create namespace, debug --copy-to), read from the request log.
+
+Each test runs with the newest and the oldest kubectl the machine has (``kubectl_bin``'s
+parametrization, tests/kubesim/conftest.py): what differs between them is in
+``KubectlBinary``'s properties."""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from multusd.kubesim import KubeSim
+from tests.kubesim.conftest import JSON, KubectlBinary
 
 Kubectl = Callable[..., Awaitable[tuple[int, str, str]]]
 
@@ -44,7 +48,7 @@ spec:
 
 
 async def test_apply_get_annotate_delete(
-    kubesim: KubeSim, kubeconfig: Path, kubectl: Kubectl, kubectl_bin: Any
+    kubesim: KubeSim, kubeconfig: Path, kubectl: Kubectl, kubectl_bin: KubectlBinary
 ):
     manifest = kubeconfig.parent / "demo.yaml"
     apply = ["apply", *kubectl_bin.apply_flags, "-f", str(manifest)]
@@ -124,8 +128,6 @@ def _bodies(kubesim: KubeSim, since: int) -> list[tuple[str, str, str, str]]:
     ]
 
 
-PROTOBUF = "application/vnd.kubernetes.protobuf"
-JSON = "application/json"
 POD_YAML = """\
 apiVersion: v1
 kind: Pod
@@ -134,18 +136,20 @@ spec: {containers: [{name: c, image: busybox}]}
 """
 
 
-async def test_todays_kubectl_protobuf_and_json_commands(
-    kubesim: KubeSim, kubeconfig: Path, kubectl: Kubectl, kubectl_bin: Any
+async def test_imperative_commands_and_their_encodings(
+    kubesim: KubeSim, kubeconfig: Path, kubectl: Kubectl, kubectl_bin: KubectlBinary
 ):
-    """The imperative commands of today's kubectl against the emulator, with the encoding
-    each one really uses (read from the request log): since kubectl 1.32 the typed commands
-    send protobuf bodies and ask for protobuf answers (before, JSON); the rest send JSON."""
-    typed = PROTOBUF if kubectl_bin.minor >= 32 else JSON
+    """kubectl's imperative commands against the emulator, with the encoding each one really
+    uses (read from the request log): since kubectl 1.32 the typed commands send protobuf
+    bodies and ask for protobuf answers (before, JSON; 1.20's ``create namespace`` sends no
+    Content-Type at all, which the API server reads as JSON); the rest send JSON."""
+    typed = kubectl_bin.typed_media_type
     mark = len(kubesim.stats.requests())
     rc, out, err = await kubectl(kubeconfig, "create", "namespace", "demo")
     assert rc == 0, err
     assert out.strip() == "namespace/demo created"
-    assert ("POST", "/api/v1/namespaces", typed, typed) in _bodies(kubesim, mark)
+    create_ns = ("POST", "/api/v1/namespaces", kubectl_bin.create_namespace_body_type, typed)
+    assert create_ns in _bodies(kubesim, mark)
     namespace = kubesim.get("namespaces", "", "demo")
     assert namespace["metadata"]["labels"] == {"kubernetes.io/metadata.name": "demo"}
     assert namespace["spec"] == {"finalizers": ["kubernetes"]}
@@ -206,7 +210,7 @@ async def test_todays_kubectl_protobuf_and_json_commands(
     seen = _bodies(kubesim, mark)
     assert ("GET", "/api/v1/namespaces/demo/pods/web", "", typed) in seen
     assert ("GET", "/api/v1/namespaces/demo/events", "", typed) in seen
-    rc, out, err = await kubectl(kubeconfig, "events", "-n", "demo")
+    rc, out, err = await kubectl(kubeconfig, *kubectl_bin.events_command, "-n", "demo")
     assert rc == 0, err
     assert "AddedInterface" in out
 

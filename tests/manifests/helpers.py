@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from kubernetes_validate.utils import all_versions
 
 from tests.image.containerfile import entrypoint
+from tests.manifests.kustomize import build as kustomize_build
+
+if TYPE_CHECKING:
+    from tests.kubesim.conftest import KubectlBinary
 
 Obj = dict[str, Any]
 
@@ -40,10 +44,14 @@ def load(path: Path) -> list[Obj]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
 
 
-def kustomize(kubectl: str, directory: Path, home: Path) -> list[Obj]:
-    """``kubectl kustomize DIRECTORY``: what ``kubectl apply -k`` sends (built offline)."""
+def kustomize(kubectl: KubectlBinary | None, directory: Path, home: Path) -> list[Obj]:
+    """``kubectl kustomize DIRECTORY``: what ``kubectl apply -k`` sends (built offline); with
+    no kubectl 1.21+ on the machine (``None``), the Python build of the same
+    (``tests/manifests/kustomize.py``, held to kubectl's where both exist)."""
+    if kubectl is None:
+        return kustomize_build(directory)
     done = subprocess.run(
-        [kubectl, "kustomize", str(directory)],
+        [kubectl.path, "kustomize", str(directory)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -39,8 +39,10 @@ INIT = "install-cni-plugins"
 
 
 @pytest.fixture(scope="module")
-def built(kubectl_bin: KubectlBinary, tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
-    return kustomize(kubectl_bin.path, KIND, tmp_path_factory.mktemp("home"))
+def built(
+    kustomize_bin: KubectlBinary | None, tmp_path_factory: pytest.TempPathFactory
+) -> list[Obj]:
+    return kustomize(kustomize_bin, KIND, tmp_path_factory.mktemp("home"))
 
 
 def daemonset(objects: list[Obj]) -> Obj:

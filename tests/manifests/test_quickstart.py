@@ -118,8 +118,8 @@ class Checks:
 
 
 @pytest.fixture(scope="module")
-def checks(kubectl_bin: KubectlBinary, tmp_path_factory: pytest.TempPathFactory) -> Checks:
-    return Checks(kustomize(kubectl_bin.path, KIND, tmp_path_factory.mktemp("home")))
+def checks(kustomize_bin: KubectlBinary | None, tmp_path_factory: pytest.TempPathFactory) -> Checks:
+    return Checks(kustomize(kustomize_bin, KIND, tmp_path_factory.mktemp("home")))
 
 
 def test_every_quickstart_command_is_right_for_this_repository(checks: Checks) -> None:

@@ -9,6 +9,9 @@ import re
 import tomllib
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 REPO = Path(__file__).resolve().parents[2]
 IMPORT_NAMES = {"pyyaml": "yaml", "grpcio": "grpc", "prometheus-client": "prometheus_client"}
 """Distribution name -> the module it installs, where the two differ."""
@@ -42,3 +45,35 @@ def test_the_design_cards_packages_are_the_daemons() -> None:
     }
     assert {"aiohttp", "kubernetes_asyncio", "pydantic", "aiofiles", "watchfiles"} <= declared
     assert "h11" not in declared
+
+
+def _pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for raw in (REPO / ".ci" / "constraints.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f".ci/constraints.txt: {line!r} is not name==version"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_every_requirement_ci_installs_is_pinned_within_its_range() -> None:
+    """.ci/setup and tox install with .ci/constraints.txt: each requirement of the package, its
+    extras and its build has a pin there, and the pin is in the range pyproject.toml allows
+    (a bump that leaves the range fails here, not in CI overnight)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    wanted = [
+        *project["dependencies"],
+        *(dep for deps in project["optional-dependencies"].values() for dep in deps),
+        *pyproject["build-system"]["requires"],
+    ]
+    pins = _pins()
+    for text in wanted:
+        requirement = Requirement(text)
+        if requirement.name == project["name"]:
+            continue  # dev = "multusd[test,lint,type,bench]": the others' union
+        pin = pins.get(canonicalize_name(requirement.name))
+        assert pin is not None, f"{requirement.name} is not pinned in .ci/constraints.txt"
+        assert requirement.specifier.contains(pin, prereleases=True), (requirement, pin)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -30,7 +29,6 @@ FAST = ManagerSettings(
     recheck_interval=0.1,
     primary_gone_grace=0.3,
 )
-GRACE_1S = dataclasses.replace(FAST, primary_gone_grace=1.0)
 MYCNI = {"cniVersion": "0.4.0", "name": "mycni-name", "type": "mycni", "ipam": {}, "dns": {}}
 
 
@@ -76,6 +74,28 @@ def read(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+class Clock:
+    """The manager's monotonic clock, moved by the test: a primary's grace runs out when the
+    test says so, however slow the machine is, and not before."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def after_passes(manager: ConfigManager, count: int) -> None:
+    """Wait until the watch has finished ``count`` passes (batches or ticks, each one's sync
+    done) begun after this call: what it would do about a change made before, it has done by
+    then (inotify queued the change at once; watchfiles' thread hands it on within a tick).
+    One pass more is awaited than asked: the first to end may have begun before the call."""
+    start = manager.passes
+    await eventually(
+        lambda: manager.passes > start + count, what=f"{count} passes of the config watch"
+    )
 
 
 @asynccontextmanager
@@ -238,27 +258,33 @@ async def test_the_primary_found_first_is_kept_as_upstream(confdir: Path) -> Non
     write_json(primary, MYCNI)
     config, raw = daemon_config(confdir)
     out = confdir / "00-multus.conf"
-    async with watching(ConfigManager(config, raw, settings=FAST)):
+    manager = ConfigManager(config, raw, settings=FAST)
+    async with watching(manager):
         replace_json(confdir / "10-first.conf", {**MYCNI, "capabilities": {"bandwidth": True}})
         write_json(primary, {**MYCNI, "capabilities": {"real": True}})
+        # Generated from the rewrite, made after the newcomer: the newcomer was there when the
+        # manager looked, and it kept the first primary; and so it does on the ticks after.
         await eventually(lambda: read(out) == expected(primary, capabilities={"real": True}))
-        # Nothing to wait for: that nothing happens shows only as time passing (the manager
-        # counts no ticks and logs none): three re-check ticks, still the first primary.
-        await asyncio.sleep(0.3)
+        await after_passes(manager, 3)
         assert read(out) == expected(primary, capabilities={"real": True})
 
 
-async def test_a_gone_primary_is_not_replaced_by_default(confdir: Path) -> None:
+async def test_a_gone_primary_is_not_replaced_by_default(
+    confdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     write_json(confdir / "10-a.conf", MYCNI)
     write_json(confdir / "20-b.conf", {**MYCNI, "capabilities": {"b": True}})
     config, raw = daemon_config(confdir)
     out = confdir / "00-multus.conf"
-    async with watching(ConfigManager(config, raw, settings=FAST)):
+    clock = Clock()
+    manager = ConfigManager(config, raw, settings=FAST, clock=clock)
+    caplog.set_level(logging.ERROR, logger="multusd.config.manager")
+    async with watching(manager):
         good = read(out)
         (confdir / "10-a.conf").unlink()
-        # Nothing to wait for: that nothing happens shows only as time passing (the manager
-        # counts no ticks and logs none): twice the grace of the opt-in mode.
-        await asyncio.sleep(0.6)
+        await eventually(lambda: "keeping the last good" in caplog.text)  # the gap was seen
+        clock.now += 10 * FAST.primary_gone_grace  # long past the grace of the opt-in mode
+        await after_passes(manager, 3)  # each tick retries: a generation, no switch
         assert read(out) == good
         write_json(confdir / "10-a.conf", {**MYCNI, "capabilities": {"back": True}})
         want = expected(confdir / "10-a.conf", capabilities={"back": True})
@@ -271,15 +297,18 @@ async def test_follow_primary_config_lets_a_lexically_earlier_config_take_over(
     write_json(confdir / "20-second.conf", MYCNI)
     config, raw = daemon_config(confdir, followPrimaryConfig=True)
     out = confdir / "00-multus.conf"
-    async with watching(ConfigManager(config, raw, settings=FAST)):
+    manager = ConfigManager(config, raw, settings=FAST)
+    async with watching(manager):
         replace_json(confdir / "10-first.conf", {**MYCNI, "capabilities": {"bandwidth": True}})
         want = expected(confdir / "10-first.conf", capabilities={"bandwidth": True})
         await eventually(lambda: read(out) == want)
-        # a later-sorting newcomer changes nothing
+        # A later-sorting newcomer changes nothing: a rewrite of the primary made after it is
+        # generated from the same primary (the newcomer was there when the manager looked).
         write_json(confdir / "30-third.conf", {**MYCNI, "capabilities": {"x": True}})
-        # Nothing to wait for: that nothing happens shows only as time passing (the manager
-        # counts no ticks and logs none): three re-check ticks.
-        await asyncio.sleep(0.3)
+        replace_json(confdir / "10-first.conf", {**MYCNI, "capabilities": {"seen": True}})
+        want = expected(confdir / "10-first.conf", capabilities={"seen": True})
+        await eventually(lambda: read(out) == want)
+        await after_passes(manager, 3)  # nor do the ticks after
         assert read(out) == want
 
 
@@ -287,12 +316,16 @@ async def test_a_fixed_master_never_switches(confdir: Path) -> None:
     write_json(confdir / "20-mine.conf", MYCNI)
     config, raw = daemon_config(confdir, multusMasterCNI="20-mine.conf")
     out = confdir / "00-multus.conf"
-    async with watching(ConfigManager(config, raw, settings=FAST)):
+    manager = ConfigManager(config, raw, settings=FAST)
+    async with watching(manager):
         write_json(confdir / "10-other.conf", MYCNI)
-        # Nothing to wait for: that nothing happens shows only as time passing (the manager
-        # counts no ticks and logs none): three re-check ticks.
-        await asyncio.sleep(0.3)
-        assert read(out) == expected(confdir / "20-mine.conf")
+        # A rewrite of the master made after the newcomer is generated from the master (the
+        # newcomer was there when the manager looked), and so it stays on the ticks after.
+        write_json(confdir / "20-mine.conf", {**MYCNI, "capabilities": {"seen": True}})
+        want = expected(confdir / "20-mine.conf", capabilities={"seen": True})
+        await eventually(lambda: read(out) == want)
+        await after_passes(manager, 3)
+        assert read(out) == want
 
 
 async def test_own_writes_do_not_loop(confdir: Path) -> None:
@@ -300,13 +333,14 @@ async def test_own_writes_do_not_loop(confdir: Path) -> None:
     write_json(primary, MYCNI)
     config, raw = daemon_config(confdir)
     out = confdir / "00-multus.conf"
-    async with watching(ConfigManager(config, raw, settings=FAST)):
+    manager = ConfigManager(config, raw, settings=FAST)
+    async with watching(manager):
         write_json(primary, {**MYCNI, "capabilities": {"a": True}})
         await eventually(lambda: read(out) == expected(primary, capabilities={"a": True}))
         inode = out.stat().st_ino
-        # Nothing to wait for: that nothing happens shows only as time passing (the manager
-        # counts no ticks and logs none): five re-check ticks; any rewrite would change the inode.
-        await asyncio.sleep(0.5)
+        # Five passes after our write (its events among them): any rewrite would change the
+        # inode.
+        await after_passes(manager, 5)
         assert out.stat().st_ino == inode
         assert not [p for p in confdir.iterdir() if p.name.endswith(".tmp")]
 
@@ -323,7 +357,8 @@ async def test_an_unusable_primary_keeps_the_last_good_file(
     write_json(primary, MYCNI)
     config, raw = daemon_config(confdir)
     out = confdir / "00-multus.conf"
-    async with watching(ConfigManager(config, raw, settings=FAST)):
+    manager = ConfigManager(config, raw, settings=FAST)
+    async with watching(manager):
         good = read(out)
         assert good == expected(primary)
         inode = out.stat().st_ino
@@ -333,9 +368,7 @@ async def test_an_unusable_primary_keeps_the_last_good_file(
             else:
                 primary.write_bytes(breakage)
             await eventually(lambda: "keeping the last good" in caplog.text)
-            # Nothing to wait for: that nothing is written shows only as time passing (the
-            # manager counts no ticks): three re-check ticks of retries.
-            await asyncio.sleep(0.3)
+            await after_passes(manager, 3)  # each tick retries while the primary is unusable
         assert read(out) == good
         assert out.stat().st_ino == inode
         assert caplog.text.count("keeping the last good") == 1  # logged once per streak
@@ -344,39 +377,49 @@ async def test_an_unusable_primary_keeps_the_last_good_file(
 
 
 async def test_follow_primary_config_replaces_a_gone_primary_after_the_grace(
-    confdir: Path,
+    confdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_json(confdir / "10-a.conf", MYCNI)
     write_json(confdir / "20-b.conf", {**MYCNI, "capabilities": {"b": True}})
     config, raw = daemon_config(confdir, followPrimaryConfig=True)
     out = confdir / "00-multus.conf"
-    async with watching(ConfigManager(config, raw, settings=GRACE_1S)):
+    clock = Clock()
+    manager = ConfigManager(config, raw, settings=FAST, clock=clock)
+    caplog.set_level(logging.ERROR, logger="multusd.config.manager")
+    async with watching(manager):
         good = read(out)
         (confdir / "10-a.conf").unlink()
-        # Nothing to wait for: a tenth of the 1 s grace later, nothing has switched.
-        await asyncio.sleep(0.1)
+        await eventually(lambda: "keeping the last good" in caplog.text)  # seen: the grace runs
+        await after_passes(manager, 3)  # each tick looks again, within the grace: no switch
         assert read(out) == good  # within the grace: a rewrite may still come
+        clock.now += FAST.primary_gone_grace  # the grace runs out
         want = expected(confdir / "20-b.conf", capabilities={"b": True})
         await eventually(lambda: read(out) == want)
 
 
 async def test_a_primary_rewritten_within_the_grace_is_not_switched_away_from(
-    confdir: Path,
+    confdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_json(confdir / "10-a.conf", MYCNI)
     write_json(confdir / "20-b.conf", MYCNI)
     config, raw = daemon_config(confdir, followPrimaryConfig=True)
     out = confdir / "00-multus.conf"
-    async with watching(ConfigManager(config, raw, settings=GRACE_1S)):
+    clock = Clock()
+    manager = ConfigManager(config, raw, settings=FAST, clock=clock)
+    caplog.set_level(logging.ERROR, logger="multusd.config.manager")
+    async with watching(manager):
         (confdir / "10-a.conf").unlink()
         await asyncio.sleep(0.1)  # the writer's gap between delete and re-create (a model)
+        # However long the gap lasted, the manager saw it (or the grace would never start).
+        await eventually(lambda: "keeping the last good" in caplog.text)
         write_json(confdir / "10-a.conf", {**MYCNI, "capabilities": {"back": True}})
         want = expected(confdir / "10-a.conf", capabilities={"back": True})
         await eventually(lambda: read(out) == want)
-        # Nothing to wait for: that nothing happens shows only as time passing (the manager
-        # counts no ticks and logs none): past the grace, still on 10-a.
-        await asyncio.sleep(1.1)
-        assert read(out) == want
+        clock.now += 10 * FAST.primary_gone_grace  # long past the grace
+        # A rewrite made past the grace is generated from 10-a still.
+        write_json(confdir / "10-a.conf", {**MYCNI, "capabilities": {"later": True}})
+        want = expected(confdir / "10-a.conf", capabilities={"later": True})
+        await eventually(lambda: read(out) == want)
 
 
 def _apart(confdir: Path) -> tuple[Path, Path, DaemonConfig, dict[str, Any]]:

@@ -3,8 +3,9 @@
 Intervals are shortened (50 ms polls, 0.4 s grace) so the suite stays fast; timeouts around
 the awaited results are generous and only guard against hangs. A test waits for what it can
 see: the watcher's inotify watch armed (``/proc``), its log lines (the file gone, the file
-back). "Still running" checks after a change that leaves no gap to see wait well past the grace
-window, which is the only way to observe that nothing happened.
+back), and its looks at the file (``Looks``, a count of its stats). That nothing happened
+after a change that leaves no gap shows as looks made since the change, none of which saw the
+file gone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from cni_shim.errors import INTERNAL, CNIError
 from multusd.config.readiness import (
+    Looks,
     ReadinessSettings,
     stat_per_request,
     wait_for_file,
@@ -29,7 +31,6 @@ from multusd.errors import EXIT_CONFIG, StartupError
 from tests.waits import eventually, until_watched
 
 GRACE = 0.4
-POLLS = 0.15  # a few polls of a watcher that has no directory to watch: nothing shows them
 SETTINGS = ReadinessSettings(poll_interval=0.05, startup_timeout=10.0, rotation_grace=GRACE)
 HANG_GUARD = 10.0
 
@@ -81,9 +82,30 @@ def ready_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def watcher(ready_file: Path) -> AsyncIterator[asyncio.Task[str]]:
+def looks() -> Looks:
+    """The looks of the test's watcher at its file (the ``watcher`` fixture's among them)."""
+    return Looks()
+
+
+async def until_looked(looks: Looks, times: int = 1) -> None:
+    """Wait until the watcher has looked at the file ``times`` times since this call (and acted
+    on what it saw). One look more is awaited than asked: the first to end may have begun
+    before the call, and seen the file as it was before."""
+    start = looks.count
+    await eventually(lambda: looks.count > start + times, HANG_GUARD, what=f"{times} looks")
+
+
+async def until_looked_after_events(looks: Looks, before: int) -> None:
+    """Wait until the watcher has looked at the file after a batch of events, one more than
+    ``before`` (its ``after_events`` read before the test changed the directory): nothing else
+    changes the directory, so that batch held the test's events (or their first part)."""
+    await eventually(lambda: looks.after_events > before, HANG_GUARD, what="a batch of events")
+
+
+@pytest.fixture
+async def watcher(ready_file: Path, looks: Looks) -> AsyncIterator[asyncio.Task[str]]:
     """A running ``watch_until_removed`` on ``ready_file``, its watch armed."""
-    task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS))
+    task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS, looks=looks))
     await until_watched(ready_file.parent)
     assert not task.done()
     yield task
@@ -93,10 +115,13 @@ async def watcher(ready_file: Path) -> AsyncIterator[asyncio.Task[str]]:
             await task
 
 
-async def assert_still_running(task: asyncio.Task[str]) -> None:
-    """After a change that shows no gap: nothing to wait for, as nothing happens. Past the
-    grace window a loss would have opened, the watcher still runs."""
-    await asyncio.sleep(GRACE + 0.2)
+async def assert_still_running(
+    task: asyncio.Task[str], looks: Looks, watcher_log: pytest.LogCaptureFixture
+) -> None:
+    """After a change that shows no gap: the watcher has looked at the file since, and every
+    gap it saw (none, unless it looked between two renames) it saw closed within the grace."""
+    await until_looked(looks, 2)
+    await until_seen(watcher_log, BACK, watcher_log.text.count(GONE))
     assert not task.done(), task.result()
 
 
@@ -122,8 +147,9 @@ async def test_wait_returns_when_the_file_appears_later(tmp_path: Path) -> None:
 
 async def test_wait_returns_when_the_directory_and_file_appear_later(tmp_path: Path) -> None:
     path = tmp_path / "not-yet" / "deeper" / "ready"
-    waiter = asyncio.create_task(wait_for_file(str(path), SETTINGS))
-    await asyncio.sleep(POLLS)  # it polls for the directory, which shows nowhere
+    looks = Looks()
+    waiter = asyncio.create_task(wait_for_file(str(path), SETTINGS, looks=looks))
+    await until_looked(looks, 2)  # it polls for the directory, and has found none
     path.parent.mkdir(parents=True)
     await until_watched(path.parent)  # the directory is watched now; the file comes later
     assert not waiter.done()
@@ -152,8 +178,9 @@ async def test_per_request_stat_passes_when_the_file_exists(ready_file: Path) ->
 async def test_per_request_stat_polls_until_the_file_returns(tmp_path: Path) -> None:
     """``benchmarkReadinessStat``: a request stalls while the file is missing (the seed)."""
     path = tmp_path / "ready"
-    waiter = asyncio.create_task(stat_per_request(str(path), SETTINGS))
-    await asyncio.sleep(POLLS)  # it stats every 50 ms and shows it nowhere: a few polls
+    looks = Looks()
+    waiter = asyncio.create_task(stat_per_request(str(path), SETTINGS, looks=looks))
+    await until_looked(looks, 2)  # it stats every 50 ms, and has found no file
     assert not waiter.done()
     write(path)
     await asyncio.wait_for(waiter, HANG_GUARD)
@@ -240,14 +267,20 @@ async def test_delete_and_recreate_within_the_grace_is_a_rotation(
 
 
 async def test_atomic_replace_by_rename_over_is_a_rotation(
-    ready_file: Path, watcher: asyncio.Task[str]
+    ready_file: Path,
+    watcher: asyncio.Task[str],
+    looks: Looks,
+    watcher_log: pytest.LogCaptureFixture,
 ) -> None:
+    before = looks.after_events
     for n in range(3):
         tmp = ready_file.with_name(f".ready.{n}.tmp")
         write(tmp, f"v{n}\n")
         os.replace(tmp, ready_file)
         await asyncio.sleep(0.1)  # the writer's pace: one replace per batch of events (a model)
-    await assert_still_running(watcher)
+    await until_looked_after_events(looks, before)
+    await assert_still_running(watcher, looks, watcher_log)
+    assert GONE not in watcher_log.text  # a rename over the file leaves no gap to see
     ready_file.unlink()
     assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
 
@@ -276,34 +309,51 @@ async def test_directory_recreated_without_the_file_is_reported(
 
 
 async def test_directory_swapped_by_rename_is_followed(
-    tmp_path: Path, ready_file: Path, watcher: asyncio.Task[str]
+    tmp_path: Path,
+    ready_file: Path,
+    watcher: asyncio.Task[str],
+    looks: Looks,
+    watcher_log: pytest.LogCaptureFixture,
 ) -> None:
-    # The file never goes missing, but the watched inode does: the watch must move along.
+    # The file is missing only between the two renames, but the watched inode goes: the
+    # watch must move along.
     staged = tmp_path / "staged"
     staged.mkdir()
     write(staged / "ready")
     ready_file.parent.rename(tmp_path / "old")
     staged.rename(ready_file.parent)
-    await assert_still_running(watcher)
+    await until_watched(ready_file.parent)  # the new directory
+    await assert_still_running(watcher, looks, watcher_log)
     ready_file.unlink()
     assert await result_of(watcher) == f"readinessindicatorfile {ready_file} was removed"
 
 
 async def test_polling_backend_sees_rotation_and_removal(
-    ready_file: Path, monkeypatch: pytest.MonkeyPatch
+    ready_file: Path,
+    looks: Looks,
+    watcher_log: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Filesystems without inotify (some overlay/network mounts) run with watchfiles' polling
     # backend, selected by the operator through its environment variable. Rename-over then
     # shows up as "modified", removal as "deleted"; both must be judged by existence alone.
     monkeypatch.setenv("WATCHFILES_FORCE_POLLING", "1")
     monkeypatch.setenv("WATCHFILES_POLL_DELAY_MS", "50")
-    task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS))
+    # Written a while ago: the poller compares modification times in whole seconds, and a
+    # replacement within the second the file was written would show as no change at all.
+    os.utime(ready_file, (ready_file.stat().st_atime - 10, ready_file.stat().st_mtime - 10))
+    task = asyncio.create_task(watch_until_removed(str(ready_file), SETTINGS, looks=looks))
     try:
-        await asyncio.sleep(POLLS)  # its first snapshot of the directory shows nowhere
+        # Its first stat, then one after a batch: it watches, from a first snapshot of the
+        # directory taken when it began to.
+        await eventually(lambda: looks.count >= 2, HANG_GUARD)
+        before = looks.after_events
         tmp = ready_file.with_name(".ready.tmp")
         write(tmp, "replaced\n")
         os.replace(tmp, ready_file)
-        await assert_still_running(task)
+        await until_looked_after_events(looks, before)  # the poll saw the file replaced
+        await assert_still_running(task, looks, watcher_log)
+        assert GONE not in watcher_log.text
         ready_file.unlink()
         assert await result_of(task) == f"readinessindicatorfile {ready_file} was removed"
     finally:

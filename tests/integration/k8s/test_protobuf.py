@@ -167,14 +167,16 @@ async def test_protobuf_store_equals_the_json_store(
         sim.expire_next_watches(2)
         sim.drop_watches()
         sim.create(pod("after-relist"))
-        async with asyncio.timeout(10):
-            while (
-                pb.statistics().relists_410 == 0
-                or js.statistics().relists_410 == 0
-                or pb_store.get("default", "after-relist") is None
-                or json_store.get("default", "after-relist") is None
-            ):
-                await asyncio.sleep(0.02)
+        await eventually(
+            lambda: (
+                pb.statistics().relists_410 > 0
+                and js.statistics().relists_410 > 0
+                and pb_store.get("default", "after-relist") is not None
+                and json_store.get("default", "after-relist") is not None
+            ),
+            10,
+            what="both reflectors relisted after the 410, with the pod made since",
+        )
         expected = {str(o["metadata"]["name"]): trim_pod(o) for o in _all_pods(sim)}
         assert {o["metadata"]["name"]: o for o in pb_store.items()} == expected
         assert {o["metadata"]["name"]: o for o in json_store.items()} == expected

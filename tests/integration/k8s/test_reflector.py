@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -112,10 +114,8 @@ def cached_uids(store: Store) -> dict[str, str]:
 
 async def converged(sim: KubeSim, store: Store, node: str | None = None) -> None:
     """Wait (bounded) until the cache equals the emulator; fail showing both if it never does."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(10):
-            while cached(store) != sim_pods(sim, node):
-                await asyncio.sleep(0.02)
+    with contextlib.suppress(AssertionError):
+        await eventually(lambda: cached(store) == sim_pods(sim, node), 10)
     assert cached(store) == sim_pods(sim, node)
 
 
@@ -139,6 +139,8 @@ async def churn(
             sim.create(pod(f"{prefix}-other-{i}", node="node2"))
         if fault is not None and i == count // 2:
             fault()
+        # The churn's pace (the scenario, not a wait): events spread over the watch, so that
+        # the fault falls amid them. What is checked after is waited for (``converged``).
         await asyncio.sleep(pause)
 
 
@@ -454,20 +456,32 @@ async def test_stalled_stream_restarted_by_the_watchdog(sim: KubeSim, client: Ku
     assert stats.errors == 0
 
 
-async def test_no_busy_loop_when_the_api_keeps_failing(sim: KubeSim, client: KubeClient) -> None:
+_RETRY = re.compile(r"retrying in ([0-9.]+) s \(attempt (\d+)\)")
+"""The reflector's log line for a backoff: the delay drawn (to 10 ms) and the attempt."""
+
+
+async def test_no_busy_loop_when_the_api_keeps_failing(
+    sim: KubeSim, client: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="multusd.k8s.reflector")
     sim.faults.errors.append(ErrorRule(500, resource="pods"))  # every pods request, forever
     store = Store()
     settings = ReflectorSettings(backoff=(0.1, 1.0))
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
-        # Nothing to wait for: a busy loop shows only as many requests in a while.
-        await asyncio.sleep(1.0)
-    requests = sim.stats.count(resource="pods")
-    # Expected about 5 (delays drawn from [0, 0.1], [0, 0.2], [0, 0.4], [0, 0.8], ...); a loop
-    # without backoff would make hundreds.
-    assert 1 <= requests <= 20, requests
+        await eventually(lambda: reflector.statistics().errors >= 5, what="five failures")
+    requests = [r.started for r in sim.stats.requests() if r.resource == "pods"]
     assert not store.synced.is_set()
-    assert abs(reflector.statistics().errors - requests) <= 1  # one may be in flight
+    # Every failure was backed off (the reflector counts it as it backs off; one request may
+    # have been in flight at the end): a retry without one shows as a request beyond them.
+    assert abs(reflector.statistics().errors - len(requests)) <= 1
+    # The delays grew, attempt after attempt (drawn from [0, 0.1], [0, 0.2], [0, 0.4], ...),
+    # and each was waited out before the next request: a loop that drew a delay and went on
+    # shows as a request sooner. Load only makes the gaps longer.
+    retries = [(float(delay), int(attempt)) for delay, attempt in _RETRY.findall(caplog.text)]
+    assert [attempt for _, attempt in retries] == list(range(1, len(retries) + 1))
+    for (delay, _), before, after in zip(retries, requests, requests[1:], strict=False):
+        assert after - before >= delay - 0.01, (delay, after - before)
 
 
 async def test_short_watches_are_backed_off(sim: KubeSim, client: KubeClient) -> None:
@@ -479,13 +493,29 @@ async def test_short_watches_are_backed_off(sim: KubeSim, client: KubeClient) ->
     reflector = pod_reflector(client, store, settings=settings)
     async with running(reflector):
         await synced(store)
-        # Nothing to wait for: a spin shows only as many watches in a while (a second of
-        # every watch being ended as soon as it starts).
-        deadline = asyncio.get_running_loop().time() + 1.0
-        while asyncio.get_running_loop().time() < deadline:
-            sim.drop_watches("eof")
-            await asyncio.sleep(0.005)
-    assert sim.stats.count("watch", "pods") <= 25
+        start = reflector.statistics()
+
+        def going_on() -> bool:
+            """Until five short watches were backed off, or a spin made a hundred watches."""
+            now = reflector.statistics()
+            return now.errors < start.errors + 5 and now.watches < start.watches + 100
+
+        async with asyncio.timeout(30):  # only keeps a broken test from hanging
+            while going_on():
+                # The server ends every watch as soon as it starts; the 5 ms between two
+                # ends are the scenario's pace, not a wait (the loop waits for the counts).
+                sim.drop_watches("eof")
+                await asyncio.sleep(0.005)
+    stats = reflector.statistics()
+    # Each watch since was backed off, or saw an event before it was ended (a bookmark, when
+    # the server was slow to end it), or went silent; one may be open still. A watch started
+    # again at once, without any of those, is a spin.
+    accounted = sum(
+        getattr(stats, name) - getattr(start, name)
+        for name in ("errors", "events", "bookmarks", "inactivity_timeouts")
+    )
+    assert stats.watches - start.watches <= accounted + 1, (start, stats)
+    assert stats.last_error.startswith("ShortWatch"), stats.last_error
 
 
 async def test_cancellation_is_prompt_everywhere(sim: KubeSim, client: KubeClient) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 import aiohttp
@@ -11,6 +12,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from multusd import timeline
 from multusd.metrics import HEADER_TIMEOUT, SHUTDOWN_TIMEOUT, Metrics, Recorder
 from multusd.server.app import api_middlewares
 from multusd.server.runner import runner_options
@@ -62,8 +64,12 @@ async def test_scrape_reports_requests_phases_and_state() -> None:
     metrics.observe_command("ADD", 0.2, ok=True)
     metrics.observe_command("DEL", 3.0, ok=False)
     metrics.observe_phase("pod_lookup", 0.004)
+    outer = time.monotonic()
     with metrics.phase("delegate", plugin="macvlan"):
-        await asyncio.sleep(0)
+        inner = time.monotonic()
+        await asyncio.sleep(0.01)  # the delegate's work: the phase times across its awaits
+        inner = time.monotonic() - inner
+    outer = time.monotonic() - outer
     with pytest.raises(RuntimeError), metrics.phase("status_write"):
         raise RuntimeError("failed phases count too")
     metrics.observe_bucket_wait(0.03)
@@ -91,6 +97,7 @@ async def test_scrape_reports_requests_phases_and_state() -> None:
     phase = "multus_cni_phase_duration_seconds"
     assert value(found, phase + "_count", phase="pod_lookup", plugin="") == 1
     assert value(found, phase + "_count", phase="delegate", plugin="macvlan") == 1
+    assert inner <= value(found, phase + "_sum", phase="delegate", plugin="macvlan") <= outer
     assert value(found, phase + "_count", phase="status_write", plugin="") == 1
 
     wait = "multus_k8s_rate_limiter_wait_seconds"
@@ -169,13 +176,22 @@ async def test_stopping_frees_the_port() -> None:
         await scrape(port)
 
 
-async def test_recorder_is_a_no_op() -> None:
+async def test_recorder_keeps_nothing_but_still_times_the_request_s_phases() -> None:
+    """Without ``metricsPort`` the daemon holds a :class:`Recorder`: nothing is kept for
+    Prometheus (no registry, nothing that grows per request), yet its phases still go to the
+    request's timeline, whose debug line says where the wall time went."""
     recorder = Recorder()
-    recorder.count_request("/cni", "POST", 200)
-    recorder.observe_command("ADD", 1.0, ok=True)
-    recorder.observe_bucket_wait(0.1)
-    with recorder.phase("pod_lookup"):
-        pass
+    with timeline.timeline() as phases:
+        recorder.count_request("/cni", "POST", 200)
+        recorder.observe_command("ADD", 1.0, ok=True)
+        recorder.observe_bucket_wait(0.1)
+        recorder.observe_phase("pod_lookup", 0.004)
+        with recorder.phase("delegate", plugin="macvlan"):
+            await asyncio.sleep(0)
+        with pytest.raises(RuntimeError), recorder.phase("status_write"):
+            raise RuntimeError("a failed phase is timed too")
+    assert vars(recorder) == {}, "a Recorder holds no state"
+    assert [p.name for p in phases] == ["delegate[macvlan]", "status_write"]
 
 
 async def test_served_with_the_daemon_s_runner_options() -> None:

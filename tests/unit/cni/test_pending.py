@@ -10,6 +10,7 @@ import pytest
 
 from multusd.cni import pending
 from multusd.cni.pending import Pending
+from tests.waits import eventually
 
 
 async def _work(done: list[str], name: str, fail: bool = False) -> None:
@@ -43,18 +44,27 @@ async def test_a_cancelled_settle_leaves_the_work_running_and_nothing_unretrieve
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     done: list[str] = []
+    ended: list[str] = []
+
+    async def tracked(name: str, fail: bool = False) -> None:
+        try:
+            await _work(done, name, fail)
+        finally:
+            ended.append(name)
+
     writes = Pending()
     with writes.collecting("net1"):
-        await pending.run(_work(done, "a", fail=True))
-        await pending.run(_work(done, "b"))
+        await pending.run(tracked("a", fail=True))
+        await pending.run(tracked("b"))
     waiter = asyncio.create_task(writes.settle())
     await asyncio.sleep(0)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
     with caplog.at_level(logging.ERROR, logger="asyncio"):
-        await asyncio.sleep(0.05)
-        gc.collect()
+        await eventually(lambda: len(ended) == 2, what="both operations ended")
+        await asyncio.sleep(0)  # their done callbacks, scheduled as they ended, run
+        gc.collect()  # an exception nobody retrieved is reported as its task is collected
         await asyncio.sleep(0)
     assert done == ["b"]
     assert [r for r in caplog.records if r.name == "asyncio"] == []

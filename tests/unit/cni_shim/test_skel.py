@@ -5,14 +5,15 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from cni_shim import skel
 from cni_shim.__main__ import VERSION_OUTPUT
 from cni_shim.errors import CNIError
+from tests.netns import pin_netns, unpin_netns
 
 CONF = b'{"cniVersion":"1.1.0","name":"net","type":"multus-shim"}'
 BASE_ENV = {
@@ -407,14 +408,15 @@ def test_missing_netns_path_is_fine() -> None:
     assert run(env_with(CNI_COMMAND="DEL", CNI_NETNS=None))[0] == 0
 
 
-def test_other_netns_accepted(tmp_path: object) -> None:
-    name = f"shimtest{os.getpid()}"
-    # Root and iproute2 are prerequisites of the suite (CI runs as root): fail, never skip.
-    subprocess.run(["ip", "netns", "add", name], check=True)
+def test_other_netns_accepted(tmp_path: Path) -> None:
+    # Root and util-linux are prerequisites of the suite (CI runs as root): fail, never skip.
+    # Pinned on a file of the test's own (``ip netns add`` would create /run/netns).
+    pinned = tmp_path / "netns"
+    pin_netns(pinned)
     try:
-        assert run(env_with(CNI_NETNS=f"/var/run/netns/{name}"))[0] == 0
+        assert run(env_with(CNI_NETNS=str(pinned)))[0] == 0
     finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
+        unpin_netns(pinned)
 
 
 def test_check_netns_not_run_for_check() -> None:

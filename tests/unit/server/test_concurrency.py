@@ -113,10 +113,16 @@ async def test_a_del_supersedes_the_adds_before_it_after_they_unwind() -> None:
             order.append("add rolled back")
             raise
 
+    other_started = asyncio.Event()
+
+    async def not_supersedable() -> None:
+        other_started.set()
+        await asyncio.Event().wait()
+
     add = asyncio.create_task(queue.run("k", hung_add, deadline=FAR, supersedable=True))
     await eventually(lambda: order == ["add+"])
     retry = asyncio.create_task(queue.run("k", hung_add, deadline=FAR, supersedable=True))
-    other = asyncio.create_task(queue.run("k", asyncio.Event().wait, deadline=FAR))
+    other = asyncio.create_task(queue.run("k", not_supersedable, deadline=FAR))
     await eventually(lambda: queue.pending == 3)  # both queued behind the running ADD
 
     async def delete() -> str:
@@ -129,9 +135,12 @@ async def test_a_del_supersedes_the_adds_before_it_after_they_unwind() -> None:
             await task
         assert info.value.code == 999
         assert info.value.msg == "superseded by a DEL of the same container"
-    # Nothing to wait for: that the DEL does not run shows only as time passing.
-    await asyncio.sleep(0.05)
-    assert not deleted.done(), "a request that is not supersedable keeps its turn"
+    # The request that is not supersedable keeps its turn: it runs (or, cancelled by the DEL
+    # by mistake, ends), and while it runs the DEL waits behind it.
+    await eventually(lambda: other_started.is_set() or other.done())
+    assert not other.done(), "a request that is not supersedable is not cancelled"
+    assert not deleted.done() and "del" not in order, "the DEL waits for its turn"
+    assert queue.pending == 2
     other.cancel()
     assert await deleted == "deleted"
     assert order == ["add+", "add rolled back", "del"]

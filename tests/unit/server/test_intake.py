@@ -225,8 +225,10 @@ async def test_an_add_that_waited_unread_for_the_request_timeout_is_answered_cod
         assert error["code"] == 11, error
         assert str(error["msg"]).startswith("waited 0s unread behind 2 requests in the daemon")
         assert "(requestTimeoutSeconds); try again later" in str(error["msg"])
-        await asyncio.sleep(0.3)
-        assert rig.intake.waiting == 1  # the DEL still waits for a slot
+        # The DEL still waits for a slot, and no timer will answer it: the ADD's expiry armed
+        # none for it (the next expiry is only ever an ADD's or a CHECK's).
+        assert rig.intake.waiting == 1
+        assert rig.intake.expires_at is None
         end = rig.served[0][1]
         assert end is not None
         end()
@@ -243,7 +245,7 @@ async def test_a_cni_request_is_handed_over_with_the_time_it_arrived(tmp_path: P
         await rig.send(_request("ADD", "b"))
         await rig.settle(1, waiting=1)
         sent_b = loop.time()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the scenario: b waits unread a while (load only lengthens it)
         end = rig.served[0][1]
         assert end is not None
         end()
