@@ -15,10 +15,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.netns import pin_netns, unpin_netns
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -75,13 +77,41 @@ def workdir() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def netns() -> Iterator[str]:
-    name = f"mb-{short_id()}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
+def netns(directory: Path) -> Iterator[str]:
+    """A network namespace of our own pinned on a file in ``directory`` (under the benchmark's
+    work dir), removed on exit; yields its path, the pod's ``CNI_NETNS``. Never ``ip netns
+    add``: it creates and mounts ``/run/netns`` on a host that has none (``tests/netns.py``).
+    Enter one with ``nsenter --net=PATH`` (``tests.e2e.harness.ip("-n", PATH, ...)``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"mb-{short_id()}"
+    pin_netns(path)
     try:
-        yield name
+        yield str(path)
     finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
+        unpin_netns(path)
+
+
+@contextlib.asynccontextmanager
+async def namespaces(directory: Path, count: int, *, at_once: int = 16) -> AsyncIterator[list[str]]:
+    """``count`` namespaces as :func:`netns` makes them (``at_once`` pinned at a time, in
+    worker threads so the event loop, and an emulator in it, keeps going); their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / f"mb-{short_id()}" for _ in range(count)]
+    limit = asyncio.Semaphore(at_once)
+
+    async def pin(path: Path) -> None:
+        async with limit:
+            await asyncio.to_thread(pin_netns, path)
+
+    try:
+        # All settled before any is unpinned: a failure must not leave one being pinned.
+        made = await asyncio.gather(*(pin(p) for p in paths), return_exceptions=True)
+        failed = next((m for m in made if isinstance(m, BaseException)), None)
+        if failed is not None:
+            raise failed
+        yield [str(p) for p in paths]
+    finally:
+        await asyncio.gather(*(asyncio.to_thread(unpin_netns, p) for p in paths))
 
 
 @contextlib.contextmanager

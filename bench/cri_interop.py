@@ -333,7 +333,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     for s in SIDES:
                         network = bridge_conflist(bridges[s], SUBNETS[s], w / s / "ipam")
                         peers[s] = await stack.enter_async_context(
-                            PeerDaemon(binaries[s], w / s, sim, network, node=NODE)
+                            PeerDaemon(
+                                binaries[s], w / s, sim, network, node=NODE, netns_dir=rig.netns_dir
+                            )
                         )
                     rt = Runtime(rig, cri, sim, w)
                     rt.ipam_dirs = [w / s / "ipam" for s in SIDES] + [w / "ipam-nads"]

@@ -29,10 +29,12 @@ children), is ``bench/faults_bounds.py``:
   requests that queued meanwhile as one bunch; how late its loop was is recorded as well.
 
 Node safety: every directory (sockets, caches, host-local's ``dataDir``) is under a temp dir,
-the namespaces and bridges are the benchmark's own and removed on the way out. The results go
-to ``bench/results/faults.json`` and the section ``faults`` of docs/reliability.md
-("Fault matrix: the long runs"); ``--only PART`` re-runs one part and keeps the others' last
-figures; ``--republish`` rewrites the section from the last results without running anything.
+the network namespaces are pinned on files of it (never ``ip netns add``, which creates and
+mounts ``/run/netns``), the bridges are the benchmark's own, and all are removed on the way
+out. The results go to ``bench/results/faults.json`` and the section ``faults`` of
+docs/reliability.md ("Fault matrix: the long runs"); ``--only PART`` re-runs one part and keeps
+the others' last figures; ``--republish`` rewrites the section from the last results without
+running anything.
 ``--quick`` is a small run (5,000 bodies, 500 pairs, bursts of 50) to try it out.
 """
 
@@ -57,9 +59,19 @@ from pathlib import Path
 from typing import Any
 
 from bench import faults_bounds
-from bench.common import REPO, RESULTS, call_shim, proc_mib, publish, save, short_id, workdir
+from bench.common import (
+    REPO,
+    RESULTS,
+    call_shim,
+    namespaces,
+    proc_mib,
+    publish,
+    save,
+    short_id,
+    workdir,
+)
 from bench.kube_requests import sh
-from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
+from bench.peer import PeerDaemon, bridge_conflist, emulator, ours, pods_netns_dir
 from cni_shim import transport
 from multusd.kubesim import KubeSim
 from multusd.kubesim.faults import ErrorRule, LatencyRule
@@ -69,7 +81,7 @@ from multusd.shim_install import install_shim
 from tests.e2e.conftest import bridge_plugin, daemon_config, pod_env, shim_config, write_json
 from tests.e2e.faults import log_barrier, post, request_body
 from tests.e2e.fuzzbodies import acceptable, body, cni_error
-from tests.e2e.harness import Daemon
+from tests.e2e.harness import Daemon, ip
 
 NAME = "faults"
 RELIABILITY_MD = REPO / "docs" / "reliability.md"
@@ -128,31 +140,11 @@ def reservations(ipam_dir: Path) -> list[str]:
 
 
 async def links(netns: str | None, *selector: str) -> list[str]:
-    """Link names in ``netns`` (None: the host) from ``ip -o link show <selector>``."""
+    """Link names in ``netns`` (the path it is pinned on; None: the host) from
+    ``ip -o link show <selector>`` (``nsenter --net=PATH ip ...``, as ``harness.ip`` runs it)."""
     where = ["-n", netns] if netns else []
-    proc = await asyncio.create_subprocess_exec(
-        "ip", *where, "-o", "link", "show", *selector,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    out, _ = await proc.communicate()
-    return [line.split(": ")[1].split("@")[0] for line in out.decode().splitlines() if ": " in line]
-
-
-@contextlib.asynccontextmanager
-async def namespaces(count: int) -> AsyncIterator[list[str]]:
-    """``count`` network namespaces of our own (16 created at a time), removed on exit."""
-    names = [f"mbf-{short_id()}" for _ in range(count)]
-    limit = asyncio.Semaphore(16)
-
-    async def make(name: str) -> None:
-        async with limit:
-            await sh("ip", "netns", "add", name)
-
-    try:
-        await asyncio.gather(*(make(n) for n in names))
-        yield names
-    finally:
-        await asyncio.gather(*(sh("ip", "netns", "del", n) for n in names))
+    out = await ip(*where, "-o", "link", "show", *selector, check=False)
+    return [line.split(": ")[1].split("@")[0] for line in out.splitlines() if ": " in line]
 
 
 @contextlib.asynccontextmanager
@@ -291,7 +283,7 @@ async def soak(plan: Plan) -> dict[str, Any]:
         shim = await asyncio.to_thread(install_shim, w / "bin")
         async with (
             local_daemon(w, SOAK_SUBNET, "error") as daemon,
-            namespaces(plan.parallel) as pool,
+            namespaces(w / "netns", plan.parallel) as pool,
         ):
             assert daemon.proc is not None
             pid = daemon.proc.pid
@@ -655,7 +647,7 @@ class ApiRig:
 async def api_faults(plan: Plan) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     deadline = time.monotonic() + plan.api_seconds
-    with workdir() as w:
+    with workdir() as w, pods_netns_dir(w / "netns") as netns_dir:
         shim = await asyncio.to_thread(install_shim, w / "bin")
         bridge = f"mbf{short_id()[:6]}"
         network = bridge_conflist(bridge, API_SUBNET, w / "ipam")
@@ -667,9 +659,10 @@ async def api_faults(plan: Plan) -> dict[str, Any]:
             snap = sim.snapshot()  # what the restore switch goes back to: the pods, no status
             try:
                 async with (
-                    PeerDaemon(ours(), w / "d", sim, network, node=NODE) as daemon,
-                    namespaces(plan.burst) as pool,
-                ):
+                    PeerDaemon(ours(), w / "d", sim, network, node=NODE,
+                               netns_dir=netns_dir) as daemon,
+                    namespaces(netns_dir, plan.burst) as pool,
+                ):  # fmt: skip
                     rig = ApiRig(sim, daemon, shim, pool, pods, snap, w, LoopLag())
                     first_ready, _ = await ready(daemon.socket_path)
                     watching = asyncio.create_task(rig.lag.watch())

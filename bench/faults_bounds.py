@@ -13,8 +13,9 @@ plugin can make the daemon do, at length (issue 22; the CI rows are ``tests/e2e`
 * **zombies**: ADD/DEL pairs through a conflist whose second plugin leaves two short-lived
   children behind each time: the daemon's zombie children at the end.
 
-Each is bounded in count and time. Everything lives under a temp dir; the namespaces,
-bridges and the cgroup are the run's own and removed on the way out.
+Each is bounded in count and time. Everything lives under a temp dir, the network namespaces
+pinned on files of it (never ``ip netns add``); the namespaces, bridges and the cgroup are the
+run's own and removed on the way out.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import call_shim, proc_mib, short_id, workdir
+from bench.common import call_shim, namespaces, proc_mib, short_id, workdir
 from bench.kube_requests import sh
 from bench.memory_limit import MemoryCgroup
 from multusd.commands import scratch
@@ -134,13 +135,10 @@ async def _daemon(w: Path, conflist: dict[str, Any], **config: Any) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _netns() -> Any:
-    name = f"mbb-{short_id()}"
-    await sh("ip", "netns", "add", name)
-    try:
-        yield name
-    finally:
-        await sh("ip", "netns", "del", name)
+async def _netns(w: Path) -> Any:
+    """A network namespace pinned on a file of the work dir ``w``; yields its path."""
+    async with namespaces(w / "netns", 1) as (path,):
+        yield path
 
 
 async def annotation() -> dict[str, Any]:
@@ -149,7 +147,7 @@ async def annotation() -> dict[str, Any]:
         bridge = f"mbb{short_id()[:6]}"
         conflist = {"cniVersion": "1.0.0", "name": "boundnet",
                     "plugins": [bridge_plugin(bridge, w, "10.243.0.0/24")]}  # fmt: skip
-        async with KubeSim() as sim, _netns() as ns:
+        async with KubeSim() as sim, _netns(w) as ns:
             pod = sim.create({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "greedy", "namespace": "default", "annotations": {
@@ -190,7 +188,7 @@ async def annotation() -> dict[str, Any]:
 async def output() -> dict[str, Any]:
     with workdir() as w, MemoryCgroup(MANIFEST_LIMIT, prefix="multusd-bounds") as cgroup:
         shim, conflist, bins = await _chain(w, "loud", "10.244.0.0/24")
-        async with _daemon(w, conflist, binDir=str(bins)) as daemon, _netns() as ns:
+        async with _daemon(w, conflist, binDir=str(bins)) as daemon, _netns(w) as ns:
             await daemon.start(wait=False)
             assert daemon.proc is not None
             cgroup.procs.write_text(f"{daemon.proc.pid}\n")  # before it has imported much
@@ -229,7 +227,7 @@ async def output() -> dict[str, Any]:
 async def zombies(pairs: int = ZOMBIE_PAIRS) -> dict[str, Any]:
     with workdir() as w:
         shim, conflist, bins = await _chain(w, "leaving", "10.245.0.0/24")
-        async with _daemon(w, conflist, binDir=str(bins)) as daemon, _netns() as ns:
+        async with _daemon(w, conflist, binDir=str(bins)) as daemon, _netns(w) as ns:
             await daemon.start()
             assert daemon.proc is not None
             pid = daemon.proc.pid

@@ -32,7 +32,7 @@ from typing import Any
 
 from bench.common import REPO, ShimCall, call_shim, netns, publish, save, short_id
 from bench.kube_requests import pod_env
-from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
+from bench.peer import PeerDaemon, bridge_conflist, emulator, ours, pods_netns_dir
 from multusd.kubesim import KubeSim
 from multusd.shim_install import install_shim
 
@@ -76,6 +76,12 @@ class World:
 
     sim: KubeSim
     workdir: Path
+
+    @property
+    def netns_dir(self) -> Path:
+        """Where the scenarios pin their pods' network namespaces (``bench.common.netns``); the
+        daemons see them there when it is a shared mount (``bench.peer.pods_netns_dir``)."""
+        return self.workdir / "netns"
 
     def pod(self, name: str, **annotations: str) -> str:
         pod = self.sim.create(
@@ -160,7 +166,7 @@ async def _in_netns(
 ) -> str:
     name = f"iop-{short_id()}"
     uid = world.pod(name, **annotations)
-    with netns() as ns:
+    with netns(world.netns_dir) as ns:
         return await body(pod_env(ns, name, uid), name, uid)
 
 
@@ -299,6 +305,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "theirs": Path(args.shim),
                 }
                 async with contextlib.AsyncExitStack() as stack:
+                    stack.enter_context(pods_netns_dir(world.netns_dir))
                     peers = {}
                     for s in SIDES:
                         network = bridge_conflist(
@@ -306,7 +313,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         )
                         peers[s] = await stack.enter_async_context(
                             PeerDaemon(
-                                binaries[s], w / s, sim, network, node=NODE, log_level="error"
+                                binaries[s],
+                                w / s,
+                                sim,
+                                network,
+                                node=NODE,
+                                netns_dir=world.netns_dir,
+                                log_level="error",
                             )
                         )
                     for title, scenario in SCENARIOS.items():

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import PLUGIN_DIR, REPO, Stats, proc_mib, report, short_id
+from bench.common import PLUGIN_DIR, REPO, Stats, namespaces, proc_mib, report, short_id
 from multusd.kubesim import KubeSim, Settings
 from multusd.shim_install import install_shim
 
@@ -42,10 +42,12 @@ async def run_shim(shim: Path, command: str, conf: bytes, env: dict[str, str]) -
 
 
 def pod_env(ns: str, pod: str, uid: str) -> dict[str, str]:
+    """The CNI environment of pod ``pod`` whose namespace is pinned on the file ``ns``
+    (``bench.common.netns``)."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "CNI_CONTAINERID": f"c{pod}",
-        "CNI_NETNS": f"/var/run/netns/{ns}",
+        "CNI_NETNS": ns,
         "CNI_IFNAME": "eth0",
         "CNI_PATH": PLUGIN_DIR,
         "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};"
@@ -132,20 +134,10 @@ class Rig:
 
     @contextlib.asynccontextmanager
     async def netns_envs(self, pods: list[tuple[str, str]]) -> AsyncIterator[list[dict[str, str]]]:
-        """A fresh network namespace per pod (16 created at a time), as CNI environments;
-        the namespaces are removed on exit."""
-        namespaces = [f"mbn-{short_id()}" for _ in pods]
-        limit = asyncio.Semaphore(16)
-
-        async def make(ns: str) -> None:
-            async with limit:
-                await sh("ip", "netns", "add", ns)
-
-        try:
-            await asyncio.gather(*(make(ns) for ns in namespaces))
-            yield [pod_env(ns, n, u) for (n, u), ns in zip(pods, namespaces, strict=True)]
-        finally:
-            await asyncio.gather(*(sh("ip", "netns", "del", ns) for ns in namespaces))
+        """A fresh network namespace per pod (16 created at a time), pinned on files of the
+        work dir, as CNI environments; the namespaces are removed on exit."""
+        async with namespaces(self.workdir / "netns", len(pods)) as paths:
+            yield [pod_env(ns, n, u) for (n, u), ns in zip(pods, paths, strict=True)]
 
 
 def _counts(sim: KubeSim) -> Counter[str]:
@@ -163,18 +155,12 @@ async def per_pod(sim: KubeSim, rig: Rig, pairs: int) -> dict[str, float]:
     pods = [(f"p{i}-{short_id()[:4]}", "") for i in range(pairs)]
     pods = [(name, rig.create_pod(name)) for name, _ in pods]
     await asyncio.sleep(1.0)  # let the watch deliver them
-    namespaces = [f"mbk-{short_id()}" for _ in pods]
-    for ns in namespaces:
-        await sh("ip", "netns", "add", ns)
-    sim.stats.reset()
-    try:
-        for (name, uid), ns in zip(pods, namespaces, strict=True):
+    async with namespaces(rig.workdir / "netns", len(pods)) as paths:
+        sim.stats.reset()
+        for (name, uid), ns in zip(pods, paths, strict=True):
             env = pod_env(ns, name, uid)
             assert await run_shim(rig.shim, "ADD", rig.shim_conf, env) == 0
             assert await run_shim(rig.shim, "DEL", rig.shim_conf, env) == 0
-    finally:
-        for ns in namespaces:
-            await sh("ip", "netns", "del", ns)
     counts = _counts(sim)
     return {k: v / pairs for k, v in sorted(counts.items()) if not k.startswith("watch")}
 

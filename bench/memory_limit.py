@@ -52,8 +52,9 @@ from multusd.cni.admission import MiB
 from multusd.cni.cgroup import V1, V2, Level, memory_mount
 
 NAME = "memory_limit"
-LIMIT_MIB = 50
-"""Upstream's DaemonSet: ``resources: {requests: {memory: 50Mi}, limits: {memory: 50Mi}}``."""
+LIMIT_MIB = 160
+"""Our DaemonSet's ``resources: {requests: {memory: 160Mi}, limits: {memory: 160Mi}}`` (the
+published runs; upstream's is 50Mi: ``--limit-mib 50`` with ``--daemon``/``--shim`` for its)."""
 BURSTS = (30, 50, 200)
 ON_NODE = 500
 CALL_TIMEOUT = 150.0
@@ -354,7 +355,7 @@ class Prober:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     # Imported here: the e2e test imports this module for MemoryCgroup alone.
     from bench.common import call_shim
-    from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
+    from bench.peer import PeerDaemon, bridge_conflist, emulator, ours, pods_netns_dir
     from bench.sidebyside import Calls, PodPool, _our_commit, _sha, netns_envs, seed
     from multusd.shim_install import install_shim
 
@@ -378,6 +379,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="mbm-", dir="/tmp") as tmp,
         MemoryCgroup(args.limit_mib * MiB) as cgroup,
+        pods_netns_dir(Path(tmp) / "netns") as netns_dir,
     ):
         w = Path(tmp)
         data["cgroup"] = {"version": cgroup.version, "path": str(cgroup.path)}
@@ -391,8 +393,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 wrapper = cgroup.wrapper(binary, w / "daemon-in-cgroup")
                 network = bridge_conflist(bridge, "10.248.0.0/16", w / "d" / "ipam")
                 peer = PeerDaemon(
-                    wrapper, w / "d", sim, network, node="sbs-node", log_level=args.log_level,
-                    extra=extra,
+                    wrapper, w / "d", sim, network, node="sbs-node", netns_dir=netns_dir,
+                    log_level=args.log_level, extra=extra,
                 )  # fmt: skip
                 await peer.start()
                 try:
@@ -436,7 +438,7 @@ async def _burst(
     result: dict[str, Any] = {"width": len(pods)}
     conf = peer.runtime_conf
     caches_before, addresses_before = _leftovers(peer.workdir)
-    async with netns_envs(pods) as envs:
+    async with netns_envs(pods, peer.netns_dir) as envs:
         cgroup.reset_peak()
         kills = cgroup.oom_kills()
         prober = Prober(cgroup, peer.socket_dir, probes, health_port) if probes != "none" else None

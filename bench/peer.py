@@ -9,10 +9,17 @@ be created on a development host. So the daemon runs in a mount namespace of its
 the emulator's token and CA are mounted read-only at
 ``/run/secrets/kubernetes.io/serviceaccount`` on a tmpfs that covers ``/run`` inside the
 namespace only, with the host's ``/run`` entries bound back. Nothing is created outside the
-work dir, and the mounts vanish with the daemon. Propagation is ``slave``, because a pod's
-network namespace is bind-mounted under the host's ``/run/netns`` by ``ip netns add`` *after*
-the daemon started: those mounts still reach the daemon's view, and nothing flows back. Our
-daemon runs the same way, so both sides pay the same TLS and in-cluster start-up.
+work dir, and the mounts vanish with the daemon. Our daemon runs the same way, so both sides
+pay the same TLS and in-cluster start-up.
+
+The pods' network namespaces are pinned on files of a directory of the run's
+(:func:`pods_netns_dir`; never ``ip netns add``, which creates and mounts ``/run/netns`` on a
+host that has none), *after* the daemon started. That directory is made a shared mount on the
+host first, and the daemon's namespace is made with propagation ``slave``: the pins reach the
+daemon's view as they are made, and nothing the daemon mounts flows back to the host (it
+mounts nothing there; ``shared=`` of :class:`~tests.mountns.MountNamespace` is for a program
+whose mounts the host must see, as containerd's). containerd's own netns directory (the
+``cri_interop`` rig) is such a shared mount already.
 
 ``python -m bench.peer --daemon PATH --workdir DIR`` runs one such daemon by hand for interop
 checks (docs/development.md, "Running upstream's daemon beside ours").
@@ -29,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +44,11 @@ from bench.common import PLUGIN_DIR, proc_mib
 from cni_shim import readiness
 from multusd.fsutil import atomic_write
 from multusd.kubesim import KubeSim, Settings
-from tests.mountns import MountNamespace
+from tests.mountns import MountNamespace, make_shared_mount
 
 RUN = Path("/run")
 SERVICEACCOUNT = RUN / "secrets" / "kubernetes.io" / "serviceaccount"
 """Where client-go's ``rest.InClusterConfig`` (and our daemon) look; ``/var/run`` is ``/run``."""
-NETNS_DIR = RUN / "netns"
 START_TIMEOUT = 60.0
 """Upstream's daemon serves only after its pod informer synced, for up to 20 s."""
 STOP_TIMEOUT = 15.0
@@ -54,16 +60,31 @@ def ours() -> Path:
     return Path(sys.executable).with_name("multusd")
 
 
-def ensure_netns_dir() -> None:
-    """``/run/netns`` must be a shared mount before the namespace is made, or the network
-    namespaces created later would not show up in the daemon's view. ``ip netns add`` makes it
-    one (as it always does), so a throw-away namespace is added and deleted when needed."""
-    if _propagation(NETNS_DIR) != "shared":
-        name = f"mbpeer-{os.getpid()}"
-        subprocess.run(["ip", "netns", "add", name], check=True)
-        subprocess.run(["ip", "netns", "del", name], check=True)
-    if _propagation(NETNS_DIR) != "shared":
-        raise RuntimeError(f"{NETNS_DIR} is not a shared mount; pods' netns would be invisible")
+@contextlib.contextmanager
+def pods_netns_dir(path: Path) -> Iterator[Path]:
+    """``path`` (a directory of the run's work dir, created if need be) bound onto itself as a
+    shared mount (``tests.mountns.make_shared_mount``) for as long as the block runs: the
+    directory to pin the pods' network namespaces in (``bench.common.netns``) for a
+    :class:`PeerDaemon` started inside the block (``netns_dir=``), so that namespaces pinned
+    after the daemon started reach its mount namespace. Exit detaches it with ``umount -l``,
+    namespaces still pinned in it (a run that failed half-way) included; the host's
+    ``/run/netns`` is never touched."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        make_shared_mount(path)  # inside: a bind made before a later step failed is undone too
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False, timeout=30)
+
+
+def ensure_shared(netns_dir: Path) -> None:
+    """``netns_dir`` must be a shared mount before the daemon's namespace is made, or the
+    network namespaces pinned there later would not show up in the daemon's view."""
+    if _propagation(netns_dir) != "shared":
+        raise RuntimeError(
+            f"{netns_dir} is not a shared mount (bench.peer.pods_netns_dir makes one); "
+            "the pods' network namespaces pinned there would be invisible to the daemon"
+        )
 
 
 def _propagation(path: Path) -> str:
@@ -90,7 +111,8 @@ class PeerDaemon:
     generates ``00-multus.conf`` from the primary network in its conf dir), every path under
     ``workdir``. ``async with`` starts it and waits until it answers ``/healthz`` and has
     written ``00-multus.conf`` in full, which is then :attr:`runtime_conf`: what a container
-    runtime hands to the shim. Exit stops it."""
+    runtime hands to the shim. Exit stops it. The pods' network namespaces are pinned in
+    ``netns_dir``, a shared mount made before the daemon starts (:func:`pods_netns_dir`)."""
 
     def __init__(
         self,
@@ -100,11 +122,15 @@ class PeerDaemon:
         network: dict[str, Any],
         *,
         node: str,
+        netns_dir: Path,
         log_level: str = "error",
         extra: dict[str, Any] | None = None,
     ) -> None:
         self.binary, self.workdir, self.sim, self.node = binary, workdir, sim, node
         self.network = network
+        self.netns_dir = netns_dir
+        """Where the pods' network namespaces are pinned (a shared mount: :func:`pods_netns_dir`,
+        or containerd's netns dir)."""
         self.socket_dir = workdir / "run"
         self.conf_dir = workdir / "net.d"
         self.log_path = workdir / "daemon.log"
@@ -147,7 +173,7 @@ class PeerDaemon:
         config_path = w / "daemon-config.json"
 
         def prepare() -> list[str]:
-            ensure_netns_dir()
+            ensure_shared(self.netns_dir)
             primary = json.dumps(self.network).encode()
             atomic_write(self.conf_dir / "10-primary.conflist", primary, mode=0o644)
             atomic_write(config_path, json.dumps(self.config, indent=2).encode(), mode=0o644)
@@ -245,23 +271,30 @@ async def _serve(args: argparse.Namespace) -> None:
         kubeconfig = await sim.write_kubeconfig(w / "kubeconfig")
         network = bridge_conflist(bridge, args.subnet, w / "ipam")
         try:
-            async with PeerDaemon(
-                Path(args.daemon), w, sim, network, node=args.node, log_level=args.log_level
-            ) as peer:
-                print(f"socket      {peer.socket_path}")
-                print(
-                    f"conf dir    {peer.conf_dir} (runtime conf for a shim: {peer.generated_conf})"
-                )
-                print(f"kubeconfig  {kubeconfig} (node {args.node})")
-                print(f"daemon log  {peer.log_path}")
-                print("Ctrl-C stops it.", flush=True)
-                stop = asyncio.Event()
-                loop = asyncio.get_running_loop()
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.add_signal_handler(sig, stop.set)
-                await stop.wait()
+            with pods_netns_dir(w / "netns") as netns_dir:
+                async with PeerDaemon(
+                    Path(args.daemon), w, sim, network, node=args.node, netns_dir=netns_dir,
+                    log_level=args.log_level,
+                ) as peer:  # fmt: skip
+                    await _until_stopped(peer, kubeconfig, args.node)
         finally:
             subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+
+
+async def _until_stopped(peer: PeerDaemon, kubeconfig: Path, node: str) -> None:
+    """Say where everything is, then wait for Ctrl-C (or SIGTERM)."""
+    print(f"socket      {peer.socket_path}")
+    print(f"conf dir    {peer.conf_dir} (runtime conf for a shim: {peer.generated_conf})")
+    print(f"kubeconfig  {kubeconfig} (node {node})")
+    print(f"daemon log  {peer.log_path}")
+    pin = peer.netns_dir / "pod1"
+    print(f"pods' netns {peer.netns_dir} (touch {pin} && unshare --net={pin} true)")
+    print("Ctrl-C stops it.", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,7 @@ from bench.common import (
     saved,
     short_id,
 )
-from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
+from bench.peer import PeerDaemon, bridge_conflist, emulator, ours, pods_netns_dir
 from bench.sidebyside import ELSEWHERE, NODE, ON_NODE, PodPool, _bridges, _our_commit, netns_envs
 from bench.sidebyside import seed as seed_pods
 from multusd.shim_install import install_shim
@@ -90,11 +90,11 @@ async def measure(
 ) -> dict[str, Any]:
     """``calls`` ADDs then as many DELs, one at a time, in blocks of 10, on ``daemon_path``."""
     bridge = f"mph{short_id()[:8]}"
-    with _bridges([bridge]):
+    with _bridges([bridge]), pods_netns_dir(w / "netns") as netns_dir:
         network = bridge_conflist(bridge, SUBNET, w / "ipam")
         shim = await asyncio.to_thread(install_shim, w / "bin")
         async with PeerDaemon(daemon_path, w / "daemon", sim, network, node=NODE,
-                              log_level="debug") as peer:  # fmt: skip
+                              netns_dir=netns_dir, log_level="debug") as peer:  # fmt: skip
             shim_ms: dict[str, list[float]] = {"ADD": [], "DEL": []}
             containers: dict[str, str] = {}
             failures: list[str] = []
@@ -102,7 +102,7 @@ async def measure(
             warm = True
             while done < calls:
                 block = pool.take(min(10, calls - done) if not warm else 2)
-                async with netns_envs(block) as envs:
+                async with netns_envs(block, netns_dir) as envs:
                     for verb in ("ADD", "DEL"):
                         for env in envs:
                             call = await call_shim(shim, verb, peer.runtime_conf, env)

@@ -4,7 +4,8 @@ path (upstream's Go binaries, typically), alternating in one run against one API
 Both daemons run as deployed and in the same way (``bench.peer``: in-cluster credentials over
 TLS in a private mount namespace, auto mode, pod cache filtered to the node) with 2,000 pods
 on the node and 10,000 elsewhere; the primary network is bridge + host-local, one real network
-namespace per pod, each side on its own bridge and subnet. Figures:
+namespace per pod (pinned on a file of the run's temp dir), each side on its own bridge and
+subnet. Figures:
 
 - one ADD (then one DEL) at a time, in all four shim → daemon pairings, the pairings taking
   turns in every round so that the machine's background load falls on all of them alike;
@@ -40,7 +41,7 @@ from bench.common import (
     Stats,
     call_shim,
     chart,
-    netns,
+    namespaces,
     publishing_options,
     report,
     save,
@@ -48,7 +49,7 @@ from bench.common import (
     short_id,
 )
 from bench.kube_requests import pod_env
-from bench.peer import PeerDaemon, bridge_conflist, emulator, ours
+from bench.peer import PeerDaemon, bridge_conflist, emulator, ours, pods_netns_dir
 from multusd.kubesim import KubeSim
 from multusd.kubesim.operations import create
 from multusd.kubesim.resources import PODS
@@ -133,19 +134,14 @@ class PodPool:
 
 
 @contextlib.asynccontextmanager
-async def netns_envs(pods: list[tuple[str, str]]) -> AsyncIterator[list[dict[str, str]]]:
-    """A fresh network namespace per pod (``common.netns``, in a worker thread so the emulator
-    in this loop keeps answering), as CNI environments; removed on exit."""
-    with contextlib.ExitStack() as stack:
-
-        def enter() -> list[str]:
-            return [stack.enter_context(netns()) for _ in pods]
-
-        try:
-            names = await asyncio.to_thread(enter)
-            yield [pod_env(ns, name, uid) for (name, uid), ns in zip(pods, names, strict=True)]
-        finally:
-            await asyncio.to_thread(stack.close)
+async def netns_envs(
+    pods: list[tuple[str, str]], directory: Path
+) -> AsyncIterator[list[dict[str, str]]]:
+    """A fresh network namespace per pod, pinned on a file in ``directory`` (a daemon's
+    :attr:`~bench.peer.PeerDaemon.netns_dir`; ``common.namespaces``, in worker threads so the
+    emulator in this loop keeps answering), as CNI environments; removed on exit."""
+    async with namespaces(directory, len(pods)) as paths:
+        yield [pod_env(ns, name, uid) for (name, uid), ns in zip(pods, paths, strict=True)]
 
 
 def _api_requests(sim: KubeSim) -> list[Any]:
@@ -180,7 +176,7 @@ async def block(
     """ADD ``pods`` one at a time, then DEL them one at a time, through ``shim`` to
     ``daemon``; returns the API requests of the ADDs and of the DELs."""
     conf = daemon.daemon.runtime_conf
-    async with netns_envs(pods) as envs:
+    async with netns_envs(pods, daemon.daemon.netns_dir) as envs:
         sim.stats.reset()
         for env in envs:
             adds.add(await call_shim(shim.shim, "ADD", conf, env))
@@ -265,7 +261,7 @@ async def at_once(side: Side, pods: list[tuple[str, str]]) -> dict[str, Any]:
     conf = side.daemon.runtime_conf
     assert side.daemon.proc is not None
     pid = side.daemon.proc.pid
-    async with netns_envs(pods) as envs:
+    async with netns_envs(pods, side.daemon.netns_dir) as envs:
         for command in ("ADD", "DEL"):
             calls = Calls()
             before = CpuTimes.now(pid)
@@ -322,6 +318,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="mbs-", dir="/tmp") as tmp,
         _bridges(list(bridges.values())),
+        pods_netns_dir(Path(tmp) / "netns") as netns_dir,
     ):
         w = Path(tmp)
         async with emulator(bookmark_interval=5.0) as sim:
@@ -333,7 +330,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 data["start"] = {}
                 for s in SIDES:
                     network = bridge_conflist(bridges[s], SUBNETS[s], w / s / "ipam")
-                    peer = PeerDaemon(binaries[s], w / s, sim, network, node=NODE)
+                    peer = PeerDaemon(binaries[s], w / s, sim, network, node=NODE,
+                                      netns_dir=netns_dir)  # fmt: skip
                     t0 = time.monotonic()
                     await stack.enter_async_context(peer)
                     data["start"][s] = {"healthy_after_s": time.monotonic() - t0,

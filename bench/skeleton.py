@@ -33,11 +33,12 @@ def _bridge_conf(directory: Path, bridge: str) -> dict[str, Any]:
 
 
 def _cni_env(ns: str, cid: str, command: str, path: str) -> dict[str, str]:
+    """The CNI environment of a pod whose namespace is pinned on the file ``ns``."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "CNI_COMMAND": command,
         "CNI_CONTAINERID": cid,
-        "CNI_NETNS": f"/var/run/netns/{ns}",
+        "CNI_NETNS": ns,
         "CNI_IFNAME": "eth0",
         "CNI_PATH": path,
         "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p{cid};"
@@ -57,9 +58,10 @@ def bench_shim_start(shim: Path, runs: int) -> dict[str, Stats]:
     return {"bare": Stats.of(bare), "shim": Stats.of(version)}
 
 
-def _add_then_del(executable: str, config: bytes, cid: str) -> tuple[float, float]:
-    """Seconds for an ADD and then a DEL of one container, in a fresh namespace."""
-    with netns() as ns:
+def _add_then_del(executable: str, config: bytes, cid: str, pins: Path) -> tuple[float, float]:
+    """Seconds for an ADD and then a DEL of one container, in a fresh namespace (pinned on a
+    file in ``pins``)."""
+    with netns(pins) as ns:
         add = timed(
             lambda: run([executable], stdin=config, env=_cni_env(ns, cid, "ADD", PLUGIN_DIR))
         )
@@ -95,11 +97,12 @@ def bench_add_del(shim: Path, directory: Path, runs: int) -> dict[str, Stats]:
         }
     ).encode()
     plugin = f"{PLUGIN_DIR}/bridge"
+    pins = directory / "netns"
     try:
         with daemon(directory, config):
             for i in range(runs + 2):
-                raw = _add_then_del(plugin, raw_conf, f"raw{i}{short_id()}")
-                e2e = _add_then_del(str(shim), shim_conf, f"e2e{i}{short_id()}")
+                raw = _add_then_del(plugin, raw_conf, f"raw{i}{short_id()}", pins)
+                e2e = _add_then_del(str(shim), shim_conf, f"e2e{i}{short_id()}", pins)
                 if i < 2:  # the first two warm the caches
                     continue
                 for kind, (add, rm) in (("raw", raw), ("e2e", e2e)):
