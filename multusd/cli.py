@@ -11,8 +11,9 @@ multusd probe``).
 
 Every subcommand and option has a help line, and ``multusd --help`` lists the subcommands from
 :data:`SUBCOMMANDS`. The daemon's and the installers' options are declared here; ``probe``,
-``demo`` and ``kubesim`` declare theirs in their own modules, which this one imports only when
-that subcommand runs. Help texts are plain text, never reST: argparse prints them as written.
+``demo``, ``kubesim`` and ``cert-approver`` declare theirs in their own modules, which this one
+imports only when that subcommand runs. Help texts are plain text, never reST: argparse prints
+them as written.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 SUBCOMMANDS = {
+    "cert-approver": "approve the per-node certificates' requests (perNodeCertificate)",
     "demo": "one pod wired up on this machine, with real plugins (root)",
     "install-plugins": "copy the CNI plugins a node lacks, never replacing one",
-    "install-shim": "write multus-shim into the node's CNI bin dir",
+    "install-shim": "write multus-shim (and passthru) into the node's CNI bin dir",
     "kubesim": "the Kubernetes API emulator and its fault controls",
     "probe": "the DaemonSet's exec probe of /healthz or /readyz",
 }
@@ -131,15 +133,17 @@ def run_daemon(argv: Sequence[str]) -> int:
 
 
 def run_install_shim(argv: Sequence[str]) -> int:
-    """``multusd install-shim``: the shim into the node's CNI bin dir, which must exist (as for
+    """``multusd install-shim``: the shim, and upstream's ``passthru`` plugin beside it (the
+    auxiliary CNI chain's first plugin), into the node's CNI bin dir, which must exist (as for
     ``install-plugins``, a missing one means the host's directory is not mounted where it was
     expected, and creating it would put the shim where no runtime looks); exit 1 if it does not."""
     from multusd.plugins_install import PluginsInstallError, check_dir
-    from multusd.shim_install import install_shim
+    from multusd.shim_install import install_passthru, install_shim
 
     parser = argparse.ArgumentParser(
         prog="multusd install-shim",
-        description="Write the multus-shim as one self-contained executable (atomic replace).",
+        description="Write the multus-shim, and the passthru plugin beside it, each as one "
+        "self-contained executable (atomic replace).",
     )
     parser.add_argument(
         "--dest",
@@ -175,14 +179,18 @@ def run_install_shim(argv: Sequence[str]) -> int:
     except PluginsInstallError as exc:  # the same check and words as install-plugins
         print(f"multusd install-shim: {exc}", file=sys.stderr)
         return 1
+    # stdout names the shim, as it always has (scripts read it); passthru, which upstream's
+    # installer copies beside the shim too, is reported on stderr.
     if args.bundle:
-        from multusd.shim_bundle import install_host_shim
+        from multusd.shim_bundle import install_host_passthru, install_host_shim
 
         host = Path(args.host_dir) if args.host_dir else None
         print(install_host_shim(Path(args.dest), host_dest_dir=host))
-        return 0
-    path = install_shim(Path(args.dest), interpreter=args.interpreter, name=args.name)
-    print(path)
+        passthru = install_host_passthru(Path(args.dest), host_dest_dir=host)
+    else:
+        print(install_shim(Path(args.dest), interpreter=args.interpreter, name=args.name))
+        passthru = install_passthru(Path(args.dest), interpreter=args.interpreter)
+    print(f"multusd install-shim: installed {passthru}", file=sys.stderr)
     return 0
 
 
@@ -222,6 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and not args[0].startswith("-") and args[0] not in SUBCOMMANDS:
         choices = ", ".join(SUBCOMMANDS)
         _daemon_parser().error(f"unknown subcommand {args[0]!r} (choose from {choices})")
+    if args and args[0] == "cert-approver":
+        from multusd.cert_approver import main as cert_approver_main
+
+        return cert_approver_main(args[1:])
     if args and args[0] == "demo":
         from multusd.demo import main as demo_main
 

@@ -7,7 +7,8 @@ each part is made of, so that the supervisor's exit stack can unwind each one on
   root, kept at its path while serving (``server.socketguard``), removed on exit;
 * :func:`cluster_or_none`: the API client and the pod and NAD caches (a bounded wait for them
   to sync), and what ``/readyz`` says of them (:func:`ready_reason`); ``None`` without
-  Kubernetes (:func:`wants_kubernetes`);
+  Kubernetes (:func:`wants_kubernetes`); its credentials from :func:`api_config` (with
+  ``perNodeCertificate``, the node's own certificate, renewed meanwhile);
 * :func:`metrics_site`: the Prometheus site, or a recorder that records nothing;
 * :func:`serving`: the services the commands run with (the plugin executor, pod and NAD
   lookups, events), the handlers and the API's site on the bound socket, and the probes' site.
@@ -28,7 +29,8 @@ from multusd.commands.context import Services
 from multusd.config.daemon import DaemonConfig
 from multusd.config.readiness import ReadinessSettings, stat_per_request
 from multusd.errors import EXIT_SERVER, StartupError
-from multusd.k8s.apiconfig import load_api_config
+from multusd.k8s.apiconfig import ApiConfig, load_api_config
+from multusd.k8s.certs.config import per_node_settings
 from multusd.k8s.client import ClientSettings
 from multusd.k8s.cluster import Cluster, running_cluster
 from multusd.k8s.devices import device_map_for_pod_object
@@ -56,8 +58,12 @@ def wants_kubernetes(config: DaemonConfig, environ: Mapping[str, str]) -> bool:
     Upstream always requires the in-cluster client; we also run without one (demo, local
     development, and the no-Kubernetes mode upstream's thin plugin has).
     """
+    per_node = config.per_node_certificate
     return bool(
-        config.kubeconfig or environ.get("KUBECONFIG") or environ.get("KUBERNETES_SERVICE_HOST")
+        config.kubeconfig
+        or environ.get("KUBECONFIG")
+        or environ.get("KUBERNETES_SERVICE_HOST")
+        or (per_node is not None and per_node.enabled)  # the bootstrap kubeconfig's server
     )
 
 
@@ -85,6 +91,33 @@ def bound(config: DaemonConfig) -> Iterator[SocketGuard]:
 
 
 @contextlib.asynccontextmanager
+async def api_config(
+    config: DaemonConfig, environ: Mapping[str, str], *, on_failure: Callable[[str], None]
+) -> AsyncIterator[ApiConfig]:
+    """Where the API server is, and who the daemon is there, for as long as the block runs.
+
+    With ``perNodeCertificate`` enabled: the node's own client certificate, requested with the
+    bootstrap kubeconfig and renewed while the block runs (``multusd.k8s.certs``, imported only
+    then: its cryptography costs ~10 MiB); its settings are checked in any case, with
+    upstream's texts. Otherwise the daemon config's ``kubeconfig``, ``$KUBECONFIG``, or the
+    in-cluster config."""
+    per_node = per_node_settings(config.per_node_certificate, environ)
+    if per_node is not None:
+        from multusd.k8s.certs.pernode import per_node_api_config
+
+        async with per_node_api_config(per_node, on_failure=on_failure) as node_config:
+            yield node_config
+        return
+    try:
+        loaded = await load_api_config(config.kubeconfig, environ)
+    except StartupError:
+        raise
+    except Exception as exc:
+        raise StartupError(f"failed to create kube client: {exc}", EXIT_SERVER) from exc
+    yield loaded
+
+
+@contextlib.asynccontextmanager
 async def cluster_or_none(
     config: DaemonConfig, environ: Mapping[str, str], state: DaemonState, stop: asyncio.Event
 ) -> AsyncIterator[Cluster | None]:
@@ -93,48 +126,46 @@ async def cluster_or_none(
         state.ready_reason = "no Kubernetes"
         yield None
         return
-    try:
-        cluster_config = await load_api_config(config.kubeconfig, environ)
-    except StartupError:
-        raise
-    except Exception as exc:
-        raise StartupError(f"failed to create kube client: {exc}", EXIT_SERVER) from exc
-    log.info("Kubernetes API %s (%s)", cluster_config.server, cluster_config.source)
 
     def failed(reason: str) -> None:
         log.error("%s: exiting", reason)
         state.failure = reason
         stop.set()
 
-    settings = ClientSettings(
-        qps=config.kube_client_qps,
-        burst=config.kube_client_burst,
-        protobuf_pods=config.kube_client_protobuf,
-    )
-    node = environ.get("MULTUS_NODE_NAME", "")
-    if not node:
-        log.error("MULTUS_NODE_NAME is not set: caching every pod of the cluster")
-    async with running_cluster(cluster_config, settings, node_name=node, on_failure=failed) as c:
-        log.info(
-            "waiting for the caches (%s) for up to %gs",
-            ", ".join(r.name for r in c.reflectors),
-            config.cache_sync_timeout,
+    async with api_config(config, environ, on_failure=failed) as cluster_config:
+        log.info("Kubernetes API %s (%s)", cluster_config.server, cluster_config.source)
+
+        settings = ClientSettings(
+            qps=config.kube_client_qps,
+            burst=config.kube_client_burst,
+            protobuf_pods=config.kube_client_protobuf,
         )
-        if not await c.wait_synced(config.cache_sync_timeout):
-            log.error(
-                "failed to sync pod/NAD caches: not synced after %gs: serving anyway",
+        node = environ.get("MULTUS_NODE_NAME", "")
+        if not node:
+            log.error("MULTUS_NODE_NAME is not set: caching every pod of the cluster")
+        async with running_cluster(
+            cluster_config, settings, node_name=node, on_failure=failed
+        ) as c:
+            log.info(
+                "waiting for the caches (%s) for up to %gs",
+                ", ".join(r.name for r in c.reflectors),
                 config.cache_sync_timeout,
             )
+            if not await c.wait_synced(config.cache_sync_timeout):
+                log.error(
+                    "failed to sync pod/NAD caches: not synced after %gs: serving anyway",
+                    config.cache_sync_timeout,
+                )
 
-        def refresh() -> None:
-            state.ready_reason = ready_reason(c, config.cache_sync_timeout)
+            def refresh() -> None:
+                state.ready_reason = ready_reason(c, config.cache_sync_timeout)
 
-        refresh()
-        c.client.contacts.on_change = refresh  # flips only: a watch lost or back, an outage
-        try:
-            yield c
-        finally:
-            c.client.contacts.on_change = None
+            refresh()
+            c.client.contacts.on_change = refresh  # flips only: a watch lost or back, an outage
+            try:
+                yield c
+            finally:
+                c.client.contacts.on_change = None
 
 
 def ready_reason(cluster: Cluster, sync_timeout: float) -> str:
@@ -178,6 +209,7 @@ async def serving(
             events=events,
             devices=functools.partial(
                 device_map_for_pod_object,
+                claims=cluster.client,  # DRA claims, read only for pods that have some
                 socket_path=config.kubelet_pod_resources_socket,
                 checkpoint_path=config.device_checkpoint_file,
             ),
@@ -242,8 +274,11 @@ def _readiness_stat(config: DaemonConfig) -> Callable[[], Awaitable[None]] | Non
 async def metrics_site(
     config: DaemonConfig, state: DaemonState, cluster: Cluster | None
 ) -> AsyncIterator[Recorder]:
-    """Prometheus metrics on ``metricsPort`` when it is set; a no-op recorder otherwise."""
+    """Prometheus metrics on ``metricsPort`` when it is set, with the profiling pages under
+    ``/debug/`` when ``enablePprof`` is true too (upstream: pprof); a no-op recorder otherwise."""
     if config.metrics_port is None:
+        if config.enable_pprof:  # upstream ignores it silently; one line says why no pages
+            log.info("enablePprof is set without metricsPort: no profiling endpoints")
         yield Recorder()
         return
     metrics = Metrics(in_flight=lambda: state.in_flight)
@@ -255,6 +290,9 @@ async def metrics_site(
     options = runner_options(
         header_timeout=METRICS_HEADER_TIMEOUT, shutdown_timeout=METRICS_SHUTDOWN_TIMEOUT
     )
-    async with metrics.serve(config.metrics_port, options=options) as port:
+    pprof = config.enable_pprof
+    async with metrics.serve(config.metrics_port, options=options, profiling=pprof) as port:
         log.info("metrics on :%d/metrics", port)
+        if pprof:  # upstream's Verbosef line; the pages are under /debug/ (operations.md)
+            log.info("pprof endpoints enabled on metrics port %d", port)
         yield metrics

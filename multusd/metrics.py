@@ -12,19 +12,26 @@ Cheap when unused: :class:`Recorder` is a do-nothing stand-in the handlers can a
 ``metricsPort`` set). Gauges that mirror state we already keep (in-flight count, cache sizes,
 bucket queue) are read at scrape time from callables, so nothing on the request path updates
 them. Each :class:`Metrics` has its own registry: two daemons in one test process do not clash.
+
+With ``enablePprof`` the same site serves :class:`DebugPages` under ``/debug/``: upstream's pprof
+pages in Python's terms (``multusd.profiling`` does the work; docs/operations.md, "Profiling").
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
+import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from multusd import timeline
+from multusd import profiling, timeline
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -36,6 +43,7 @@ __all__ = [
     "HANDLER_LABELS",
     "BucketStats",
     "CacheStats",
+    "DebugPages",
     "Metrics",
     "Recorder",
 ]
@@ -54,6 +62,9 @@ SHUTDOWN_TIMEOUT = 1.0
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class CacheStats(Protocol):
@@ -277,18 +288,26 @@ class Metrics(Recorder):
         # Tiny registry: rendering inline costs well under a millisecond.
         return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    def app(self) -> web.Application:
+    def app(self, *, profiling: bool = False) -> web.Application:
+        """``/metrics``; with ``profiling`` (``enablePprof``), :class:`DebugPages` too."""
         app = web.Application()
         app.router.add_get("/metrics", self._serve_metrics)
+        if profiling:
+            DebugPages().add_routes(app)
         return app
 
     @contextlib.asynccontextmanager
     async def serve(
-        self, port: int, host: str = "0.0.0.0", *, options: Mapping[str, Any] | None = None
+        self,
+        port: int,
+        host: str = "0.0.0.0",
+        *,
+        options: Mapping[str, Any] | None = None,
+        profiling: bool = False,
     ) -> AsyncIterator[int]:
         """Serve ``/metrics`` on ``host:port`` (upstream: all addresses) for the block's
         duration, yielding the bound port (port 0 picks a free one); leaving the block closes
-        the listener and any open scrape connections.
+        the listener and any open scrape connections. ``profiling``: ``/debug/`` as well.
 
         ``options`` are the ``web.AppRunner``'s (the daemon passes its listeners' own,
         ``server.runner``); by default no access log and :data:`HEADER_TIMEOUT`.
@@ -299,7 +318,9 @@ class Metrics(Recorder):
             "keepalive_timeout": HEADER_TIMEOUT,
             "shutdown_timeout": SHUTDOWN_TIMEOUT,
         }
-        runner = web.AppRunner(self.app(), **(dict(options) if options is not None else defaults))
+        runner = web.AppRunner(
+            self.app(profiling=profiling), **(dict(options) if options is not None else defaults)
+        )
         await runner.setup()
         try:
             site = web.TCPSite(runner, host, port)
@@ -307,3 +328,116 @@ class Metrics(Recorder):
             yield site.port
         finally:
             await runner.cleanup()
+
+
+_INDEX = f"""multusd profiling (enablePprof): Go's /debug/pprof/ pages, in Python's terms
+
+/debug/tasks      every task of the event loop with the coroutines it waits in, and every
+                  thread's stack (Go: goroutine?debug=2)
+/debug/profile    a CPU profile (cProfile) of the event loop thread, as pstats text
+                  ?seconds=N  how long, at most {profiling.MAX_PROFILE_SECONDS:g} \
+(default {profiling.DEFAULT_PROFILE_SECONDS:g}); one profile at a time
+                  ?limit=N    rows (default {profiling.DEFAULT_PROFILE_LIMIT})
+                  ?sort=      {" | ".join(profiling.PROFILE_SORTS)}
+                  ?format=pstats  the raw profile, for python -m pstats or snakeviz
+/debug/heap       the largest Python allocation sites (tracemalloc; the first request starts
+                  tracing, which then costs memory and CPU until ?stop=1)
+                  ?limit=N    sites (default {profiling.DEFAULT_HEAP_LIMIT})
+                  ?by=        {" | ".join(profiling.HEAP_GROUPS)}
+                  ?frames=N   frames kept per allocation when this request starts tracing
+                  ?stop=1     stop tracing after this report
+"""
+
+
+class DebugPages:
+    """``/debug/`` on the metrics port (``enablePprof``): the HTTP side of
+    ``multusd.profiling``. Every page is plain text; what costs runs in a worker thread; a bad
+    query is a 400 saying which parameter, a second CPU profile a 409."""
+
+    def __init__(self) -> None:
+        self._cpu = profiling.CpuProfiler()
+        self._heap = asyncio.Lock()  # one snapshot at a time: ?stop=1 must not cut another
+
+    def add_routes(self, app: web.Application) -> None:
+        # No HEAD: a HEAD of /debug/profile would take a profile nobody reads.
+        for path, handler in (
+            ("/debug", self.index),
+            ("/debug/", self.index),
+            ("/debug/tasks", self.tasks),
+            ("/debug/profile", self.profile),
+            ("/debug/heap", self.heap),
+        ):
+            app.router.add_get(path, handler, allow_head=False)
+
+    async def index(self, request: web.Request) -> web.Response:
+        return web.Response(text=_INDEX)
+
+    async def tasks(self, request: web.Request) -> web.Response:
+        loop = asyncio.get_running_loop()
+        stacks = profiling.capture_tasks(loop), profiling.capture_threads()
+        return web.Response(text=await _off_loop("the stacks", profiling.render_stacks, *stacks))
+
+    async def profile(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            seconds = profiling.number(
+                query,
+                "seconds",
+                profiling.DEFAULT_PROFILE_SECONDS,
+                profiling.MAX_PROFILE_SECONDS,
+            )
+            limit = profiling.integer(
+                query, "limit", profiling.DEFAULT_PROFILE_LIMIT, profiling.MAX_LIMIT
+            )
+            sort = profiling.choice(query, "sort", profiling.PROFILE_SORTS)
+            raw = profiling.choice(query, "format", ("text", "pstats")) == "pstats"
+        except profiling.BadQuery as exc:
+            raise web.HTTPBadRequest(text=f"{exc}\n") from None
+        try:
+            profiler = await self._cpu.profile(seconds)
+        except profiling.ProfilerBusy as exc:
+            raise web.HTTPConflict(
+                text=f"{exc}\n", headers={"Retry-After": str(math.ceil(exc.retry_after))}
+            ) from None
+        if raw:
+            body = await _off_loop("the profile", profiling.dump_profile, profiler)
+            return web.Response(
+                body=body,
+                content_type="application/octet-stream",
+                headers={"Content-Disposition": 'attachment; filename="multusd.pstats"'},
+            )
+        text = await _off_loop(
+            "the profile",
+            functools.partial(
+                profiling.render_profile, profiler, seconds=seconds, limit=limit, sort=sort
+            ),
+        )
+        return web.Response(text=text)
+
+    async def heap(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            limit = profiling.integer(
+                query, "limit", profiling.DEFAULT_HEAP_LIMIT, profiling.MAX_LIMIT
+            )
+            group_by = profiling.choice(query, "by", profiling.HEAP_GROUPS)
+            frames = profiling.integer(query, "frames", 1, profiling.MAX_FRAMES)
+            stop = profiling.choice(query, "stop", ("0", "1")) == "1"
+        except profiling.BadQuery as exc:
+            raise web.HTTPBadRequest(text=f"{exc}\n") from None
+        report = functools.partial(
+            profiling.heap_report, limit=limit, group_by=group_by, frames=frames, stop=stop
+        )
+        async with self._heap:
+            return web.Response(text=await _off_loop("the heap report", report))
+
+
+async def _off_loop(what: str, work: Callable[..., _T], *args: Any) -> _T:
+    """``work(*args)`` in a worker thread; its failure a 500 that says what failed."""
+    try:
+        return await asyncio.to_thread(work, *args)
+    except Exception as exc:
+        log.warning("profiling: %s failed: %s: %s", what, type(exc).__name__, exc)
+        raise web.HTTPInternalServerError(
+            text=f"{what} failed: {type(exc).__name__}: {exc}\n"
+        ) from None

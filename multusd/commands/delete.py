@@ -109,11 +109,12 @@ async def delete(cmd: CmdArgs, services: Services) -> None:
 
 def most_delegates(netconf: NetConf) -> int:
     """How many delegates an ADD of this daemon can have cached for one container: the
-    cluster network (or the inline delegates), ``defaultNetworks``, and at most
-    ``maxNetworksPerPod`` of the pod's own."""
+    cluster network (or the inline delegates), ``defaultNetworks``, at most
+    ``maxNetworksPerPod`` of the pod's own, and the auxiliary CNI chain when
+    ``auxiliaryCNIChainName`` is set."""
     return (
         max(1, len(netconf.delegates)) + len(netconf.default_networks)
-        + netconf.max_networks_per_pod
+        + netconf.max_networks_per_pod + bool(netconf.auxiliary_cni_chain_name)
     )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from multusd.config.schema import GoModel, Int, SchemaError, decode
 from multusd.errors import ConfigError
@@ -53,6 +53,11 @@ def _tcp_port(value: int) -> int:
     raise ValueError(f"must be a TCP port (1-65535), got {value}")
 
 
+def _null_is_unset(value: object) -> object:
+    """A Go ``*bool`` read as a flag: ``null`` leaves the pointer nil, i.e. the default."""
+    return False if value is None else value
+
+
 PositiveInt = Annotated[Int, AfterValidator(_positive)]
 PositiveFloat = Annotated[float, AfterValidator(_positive)]
 """The server's limits and the API client's rate: at 0 or below they would refuse everything."""
@@ -68,6 +73,12 @@ class LogOptions(GoModel):
 
 
 class PerNodeCertificate(GoModel):
+    """Upstream's ``PerNodeCertificate``: the daemon's own client certificate, as the node
+    (``multusd.k8s.certs``). Decoded like every key; checked (a missing path, an unparsable
+    ``certDuration``) only when ``enabled``, as upstream checks it, with its texts
+    (``multusd.k8s.certs.config``). ``certDuration`` is a Go duration; ``""`` means the
+    default, as upstream's ``DefaultCertDuration``."""
+
     enabled: bool = Field(default=False, validation_alias="enabled")
     bootstrap_kubeconfig: str = Field(default="", validation_alias="bootstrapKubeconfig")
     cert_dir: str = Field(default="", validation_alias="certDir")
@@ -130,7 +141,12 @@ class DaemonConfig(NetworkKeys):
     )
     """*multusd*: serve ``/healthz`` and ``/readyz`` on ``127.0.0.1:<port>`` for the kubelet's
     ``httpGet`` probes (``server.health``: an exec probe costs the container ~5 MiB each run)."""
-    enable_pprof: bool = Field(default=False, validation_alias="enablePprof")
+    enable_pprof: Annotated[bool, BeforeValidator(_null_is_unset)] = Field(
+        default=False, validation_alias="enablePprof"
+    )
+    """Upstream's ``*bool``: ``true`` serves the profiling pages under ``/debug/`` on
+    ``metricsPort`` (``multusd.profiling``; only when ``metricsPort`` is set, as upstream);
+    ``false``, ``null`` or absent: off."""
     connection_limit: Annotated[Int, AfterValidator(_connection_limit)] | None = Field(
         default=None, validation_alias="connectionLimit"
     )

@@ -13,6 +13,11 @@ minute when a request goes out (the library's own in-cluster period), and at onc
 server answers 401 (client-go's rule: the request is then sent again with the new token, so a
 rotation fails no request but those already in flight). The read goes through aiofiles
 (``multusd.fileread``).
+
+A client certificate can have a life too: with ``perNodeCertificate`` the daemon talks to the
+API server with a certificate of its node's own that is renewed while it runs
+(``multusd.k8s.certs``). Such a config carries a :class:`ClientCertificate`, which every client
+made from it attaches to, so that a renewal reaches the clients already running.
 """
 
 from __future__ import annotations
@@ -24,10 +29,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
-from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException, load_kube_config
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigMerger
@@ -35,7 +40,7 @@ from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigMerger
 from multusd.errors import EXIT_SERVER, StartupError
 from multusd.fileread import read_bytes
 
-__all__ = ["INCLUSTER_DIR", "ApiConfig", "TokenFile", "load_api_config"]
+__all__ = ["INCLUSTER_DIR", "ApiConfig", "ClientCertificate", "TokenFile", "load_api_config"]
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +84,26 @@ class TokenFile:
         return True
 
 
+class ClientCertificate(Protocol):
+    """A client certificate renewed while clients use it: a client made from the config
+    attaches when it starts and detaches when it closes; in between, a renewal gives it a
+    transport that presents the new certificate (``multusd.k8s.certs.transport``)."""
+
+    def attach(self, api: ApiClient) -> None: ...
+
+    def detach(self, api: ApiClient) -> None: ...
+
+
 @dataclass
 class ApiConfig:
     """What was loaded, and from where (``source``: "in-cluster" or "kubeconfig PATH (context
-    NAME)"); ``token`` re-reads a token file, when the credentials came from one."""
+    NAME)"); ``token`` re-reads a token file, when the credentials came from one;
+    ``certificate`` renews a client certificate (per-node certificates)."""
 
     configuration: Configuration
     source: str
     token: TokenFile | None = None
+    certificate: ClientCertificate | None = None
 
     @property
     def server(self) -> str:

@@ -10,6 +10,8 @@ call passes ``_preload_content=False`` and the body is decoded here.
   ``CoreV1Api.patch_namespaced_pod_status`` with a merge patch, events
   ``CoreV1Api.create_namespaced_event``; lists and pod reads use ``call_api`` with the raw
   path (the generated list methods lack ``sendInitialEvents``, and pods may be protobuf);
+* the DRA reads (``multusd.k8s.dra``: one ResourceClaim, ResourceSlices by field selector) are
+  ``call_api`` with the raw path too, JSON, made only for pods that have claims;
 * a 429, or a 5xx carrying Retry-After, is retried as client-go retries it when the caller
   asks for ``retries`` (the request path and events pass ``ClientSettings.max_retries``,
   client-go's 10): after sleeping Retry-After, and through the bucket again; never past the
@@ -36,6 +38,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlencode
 
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
@@ -45,6 +48,7 @@ from multusd.k8s.apiclient import AUTH_SETTINGS, LimitedApiClient, media_type
 from multusd.k8s.apiconfig import ApiConfig, load_api_config
 from multusd.k8s.errors import ApiError, TooManyRequests
 from multusd.k8s.health import Contacts
+from multusd.k8s.names import checked_name, checked_namespace
 from multusd.k8s.ratelimit import BucketStatistics, Priority, TokenBucket
 from multusd.k8s.watchstream import open_watch
 from multusd.protobuf import MEDIA_TYPE
@@ -77,6 +81,21 @@ class CustomResource:
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+"""The DRA API (``resource.k8s.io/v1``) upstream's ``draclient`` reads: ResourceClaims and
+ResourceSlices (``multusd.k8s.dra``)."""
+RESOURCE_SLICES_PATH = f"{RESOURCE_V1}/resourceslices"
+
+
+def resource_claim_path(namespace: str, name: str) -> str:
+    """One ResourceClaim's path, built as client-go builds it: the names checked first
+    (:class:`~multusd.k8s.names.InvalidName`, no request), no ``namespaces/`` segment for an
+    empty namespace."""
+    name = checked_name(name)
+    if namespace := checked_namespace(namespace):
+        return f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}"
+    return f"{RESOURCE_V1}/resourceclaims/{name}"
 
 
 @dataclass(frozen=True)
@@ -178,12 +197,16 @@ class KubeClient:
             ) from exc
         self._api = self._last_api = api
         self._api.on_bucket_wait = self._on_bucket_wait
+        if self.config.certificate is not None:
+            self.config.certificate.attach(api)  # renewed certificates reach this client
         self.core = CoreV1Api(self._api)
         self.custom = CustomObjectsApi(self._api)
 
     async def close(self) -> None:
         api, self._api = self._api, None
         if api is not None:
+            if self.config.certificate is not None:
+                self.config.certificate.detach(api)
             await api.close()
 
     # --- verbs -----------------------------------------------------------------------------
@@ -233,6 +256,46 @@ class KubeClient:
         return await self._call(what, send, timeout=timeout,
                                 retries=retries)  # fmt: skip
 
+    async def get_resource_claim(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the request's own deadline
+        retries: int | None = None,
+    ) -> Obj:
+        """One ResourceClaim (``resource.k8s.io/v1``), as JSON. ``retries`` defaults to
+        ``ClientSettings.max_retries``: client-go retries a 429 on every request, and the DRA
+        reads have no caller of their own that would choose otherwise."""
+        return await self.get(
+            resource_claim_path(namespace, name),
+            timeout=timeout,
+            retries=self.settings.max_retries if retries is None else retries,
+        )
+
+    async def list_resource_slices(
+        self,
+        field_selector: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the request's own deadline
+        retries: int | None = None,
+    ) -> Obj:
+        """ResourceSlices matching ``field_selector`` (``spec.nodeName``, ``spec.driver``), one
+        unpaged LIST as client-go's ``List`` without a limit sends it."""
+        return await self.get(
+            RESOURCE_SLICES_PATH,
+            {"fieldSelector": field_selector},
+            timeout=timeout,
+            retries=self.settings.max_retries if retries is None else retries,
+        )
+
+    def request_url(self, path: str, params: Mapping[str, str] | None = None) -> str:
+        """The URL of a request as Go prints it in a ``*url.Error`` (``Get "<url>": ...``): the
+        server, the path, the query encoded as ``url.Values.Encode`` (keys sorted, escaped as
+        ``url.QueryEscape``)."""
+        query = urlencode(sorted((params or {}).items()))
+        return f"{self.config.server.rstrip('/')}{path}" + (f"?{query}" if query else "")
+
     async def patch_pod_status(
         self, namespace: str, name: str, body: Obj, *, retries: int = 0
     ) -> Obj:
@@ -271,6 +334,17 @@ class KubeClient:
             )  # fmt: skip
 
         return await self._call(f"POST {path}", send, retries=retries)
+
+    async def put(self, path: str, body: Obj, *, retries: int = 0) -> Obj:
+        """A PUT of ``body`` to a raw path (the cert approver's CSR ``approval`` update)."""
+
+        def send(seconds: float | None) -> Awaitable[Any]:
+            return self.api.call_api(  # type: ignore[no-any-return]
+                path, "PUT", body=body, auth_settings=AUTH_SETTINGS,
+                _preload_content=False, _request_timeout=seconds,
+            )  # fmt: skip
+
+        return await self._call(f"PUT {path}", send, retries=retries)
 
     def watch(
         self, path: str, params: Mapping[str, str]

@@ -14,7 +14,9 @@ Where upstream would fail because *neither* source exists (no kubelet socket and
 we return an empty map instead: a node without device plugins simply has no devices to give
 (docs/compatibility.md).
 
-DRA (``resource.k8s.io`` claims, the second half of upstream's map) is not implemented here.
+The second half of upstream's map is DRA: the devices of the pod's ``resource.k8s.io``
+claims are appended to the kubelet's before the map is sorted (``multusd.k8s.dra``), for a pod
+with claims only, through the daemon's API client.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from cni_shim.errors import INVALID_ENVIRONMENT, CNIError
-from multusd.k8s import checkpoint, podresources
+from multusd.k8s import checkpoint, dra, podresources
 
-__all__ = ["DeviceMap", "device_map_for_pod", "device_map_for_pod_object"]
+__all__ = ["DeviceMap", "device_map_for_pod", "device_map_for_pod_object", "kubelet_devices"]
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +87,31 @@ async def device_map_for_pod(
     checkpoint_path: str = checkpoint.CHECKPOINT_PATH,
     timeout: float = 10.0,  # noqa: ASYNC109 - a gRPC deadline, sent to the kubelet too
 ) -> DeviceMap:
-    """The devices the kubelet allocated to pod ``namespace/name`` (UID ``uid``).
+    """The devices the kubelet allocated to pod ``namespace/name`` (UID ``uid``), as a map.
 
     The kubelet socket is preferred whenever it exists (even if nothing listens on it, as
     upstream: ``os.Stat`` decides); the checkpoint file matches by pod UID, the socket by name.
     Failures raise ``CNIError`` with upstream's message chain.
     """
+    return DeviceMap(
+        await kubelet_devices(
+            namespace, name, uid,
+            socket_path=socket_path, checkpoint_path=checkpoint_path, timeout=timeout,
+        )
+    )  # fmt: skip
+
+
+async def kubelet_devices(
+    namespace: str,
+    name: str,
+    uid: str,
+    *,
+    socket_path: str = podresources.KUBELET_SOCKET,
+    checkpoint_path: str = checkpoint.CHECKPOINT_PATH,
+    timeout: float = 10.0,  # noqa: ASYNC109 - a gRPC deadline, sent to the kubelet too
+) -> dict[str, list[str]]:
+    """Resource name -> device IDs (unsorted) from the kubelet: ``device_map_for_pod``'s
+    source, kept apart so that DRA's devices can join them before the map sorts them."""
     if await asyncio.to_thread(os.path.exists, socket_path):
         listing = podresources.list_pod_resources(socket_path, timeout)
         reply, client_repr = await _resource_client(listing)
@@ -101,17 +122,17 @@ async def device_map_for_pod(
             )
         # Go fails while unmarshalling inside List, so a malformed reply is a client failure.
         decoding = asyncio.to_thread(podresources.pod_devices, reply, client_repr, namespace, name)
-        return DeviceMap(await _resource_client(decoding))
+        return await _resource_client(decoding)
 
     entries = await _resource_client(checkpoint.read_checkpoint(checkpoint_path))
     if entries is None:
         log.debug("no kubelet socket %s and no checkpoint %s", socket_path, checkpoint_path)
-        return DeviceMap()
+        return {}
     if not uid:
         raise CNIError(
             INVALID_ENVIRONMENT, _MAP_PREFIX + "GetPodResourceMap: invalid Pod cannot be empty"
         )
-    return DeviceMap(checkpoint.pod_devices(entries, uid))
+    return checkpoint.pod_devices(entries, uid)
 
 
 async def _resource_client(step: Awaitable[T]) -> T:
@@ -124,12 +145,20 @@ async def _resource_client(step: Awaitable[T]) -> T:
         raise exc.with_prefix(_CLIENT_PREFIX) from exc
 
 
-async def device_map_for_pod_object(pod: Mapping[str, Any], **kwargs: Any) -> DeviceMap:
-    """``device_map_for_pod`` for a pod object as the API returns it (``metadata`` read)."""
+async def device_map_for_pod_object(
+    pod: Mapping[str, Any], *, claims: dra.ClaimsApi | None = None, **kwargs: Any
+) -> DeviceMap:
+    """The pod's whole device map, as upstream's ``getKubernetesDelegate`` builds it: the
+    kubelet's devices (``kubelet_devices``, ``kwargs`` its options; ``metadata`` read), then,
+    when ``claims`` is given and the pod has DRA claims, theirs (``dra.add_claimed_devices``,
+    within its 20 s), sorted together. A pod without claims costs no API request."""
     meta = pod.get("metadata") or {}
-    return await device_map_for_pod(
+    devices = await kubelet_devices(
         str(meta.get("namespace") or ""),
         str(meta.get("name") or ""),
         str(meta.get("uid") or ""),
         **kwargs,
     )
+    if claims is not None and dra.has_claims(pod):
+        await dra.add_claimed_devices(claims, pod, devices)
+    return DeviceMap(devices)

@@ -1,9 +1,10 @@
 """Kubernetes' protobuf bodies as the daemon reads them: pods, pod lists, Status, watch events.
 
-Why by hand: the daemon reads six fields of a pod, and no maintained package ships compiled
-``k8s.io/api`` messages (docs/performance.md, "Kubernetes protobuf from Python"). A schema of only
-those six fields also trims for free: everything else is skipped on the wire without being built,
-which is what makes this several times cheaper than ``json.loads`` followed by ``trim_pod``.
+Why by hand: the daemon reads six fields of a pod (and, of pods with DRA claims, the claims'
+names), and no maintained package ships compiled ``k8s.io/api`` messages (docs/performance.md,
+"Kubernetes protobuf from Python"). A schema of only those fields also trims for free:
+everything else is skipped on the wire without being built, which is what makes this several
+times cheaper than ``json.loads`` followed by ``trim_pod``.
 
 The fields are walked by the project's one protobuf reader, ``multusd.protobuf``, which also
 unwraps the envelope every body has (magic, ``runtime.Unknown``) and knows the watch stream's
@@ -24,13 +25,23 @@ skipped)::
                            StatusDetails details = 5; int32 code = 6; }
     meta.StatusDetails   { string name = 1; string group = 2; string kind = 3;
                            string uid = 6; int32 retryAfterSeconds = 5; }
-    core.Pod             { ObjectMeta metadata = 1; PodSpec spec = 2; }
+    core.Pod             { ObjectMeta metadata = 1; PodSpec spec = 2; PodStatus status = 3; }
     core.PodList         { ListMeta metadata = 1; repeated Pod items = 2; }
     core.PodSpec         { string nodeName = 10; }
+    core.PodStatus       { repeated PodResourceClaimStatus resourceClaimStatuses = 15;
+                           PodExtendedResourceClaimStatus extendedResourceClaimStatus = 18; }
+    core.PodResourceClaimStatus { string name = 1; string resourceClaimName = 2; }
+    core.PodExtendedResourceClaimStatus {
+                           repeated ContainerExtendedResourceRequest requestMappings = 1;
+                           string resourceClaimName = 2; }
+    core.ContainerExtendedResourceRequest { string resourceName = 2; string requestName = 3; }
 
 Decoded pods are exactly ``multusd.k8s.store.trim_pod`` of the JSON form: Go writes empty
 strings on the protobuf wire where JSON's ``omitempty`` leaves them out, so empty values are
-dropped here. Malformed or truncated input raises ``ValueError``.
+dropped here. The DRA claim statuses (``multusd.k8s.dra``) are the exception, in
+``store.trim_claim_statuses``' shape: their strings are kept empty, and ``resourceClaimName``
+is a Go pointer, written (empty or not) exactly when it is set. A pod without claims has no
+``status``. Malformed or truncated input raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -67,9 +78,18 @@ _T_ANNOTATIONS = tag(12, LEN)
 _OBJECT_META = frozenset((*_META_STRINGS, _T_ANNOTATIONS))
 _T_METADATA = tag(1, LEN)
 _T_SPEC = tag(2, LEN)
-_POD = frozenset((_T_METADATA, _T_SPEC))
+_T_STATUS = tag(3, LEN)
+_POD = frozenset((_T_METADATA, _T_SPEC, _T_STATUS))
 _T_NODE_NAME = tag(10, LEN)
 _POD_SPEC = frozenset((_T_NODE_NAME,))
+_T_CLAIM_STATUSES = tag(15, LEN)
+_T_EXTENDED_CLAIM = tag(18, LEN)
+_POD_STATUS = frozenset((_T_CLAIM_STATUSES, _T_EXTENDED_CLAIM))
+_T_1 = tag(1, LEN)
+_T_2 = tag(2, LEN)
+_T_3 = tag(3, LEN)
+_FIELDS_1_2 = frozenset((_T_1, _T_2))
+_MAPPING = frozenset((_T_2, _T_3))
 
 
 def _object_meta(buf: Buf, a: int, b: int) -> Obj:
@@ -93,18 +113,53 @@ def _object_meta(buf: Buf, a: int, b: int) -> Obj:
 def _pod(buf: Buf, a: int, b: int) -> Obj:
     meta: Obj = {}
     node = ""
+    status: Obj = {}
     for field, x, y in scan(buf, a, b, _POD):
         if field == _T_METADATA:
             meta = _object_meta(buf, x, y)
-        else:
+        elif field == _T_SPEC:
             for _, n1, n2 in scan(buf, x, y, _POD_SPEC):
                 node = text(buf, n1, n2)
-    return {
+        else:
+            status = _claim_statuses(buf, x, y)
+    pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
         "spec": {"nodeName": node} if node else {},
     }
+    if status:
+        pod["status"] = status
+    return pod
+
+
+def _claim_statuses(buf: Buf, a: int, b: int) -> Obj:
+    """A ``PodStatus``' DRA claims (``store.trim_claim_statuses``' shape); the rest of the
+    status (conditions, container states) is skipped on the wire."""
+    claims: list[Obj] = []
+    extended: Obj | None = None
+    for field, x, y in scan(buf, a, b, _POD_STATUS):
+        if field == _T_CLAIM_STATUSES:
+            claim: Obj = {"name": ""}
+            for f, c1, c2 in scan(buf, x, y, _FIELDS_1_2):
+                claim["name" if f == _T_1 else "resourceClaimName"] = text(buf, c1, c2)
+            claims.append(claim)
+        else:
+            extended = {"requestMappings": [], "resourceClaimName": ""}
+            for f, e1, e2 in scan(buf, x, y, _FIELDS_1_2):
+                if f == _T_2:
+                    extended["resourceClaimName"] = text(buf, e1, e2)
+                    continue
+                mapping = {"requestName": "", "resourceName": ""}
+                for g, m1, m2 in scan(buf, e1, e2, _MAPPING):
+                    mapping["resourceName" if g == _T_2 else "requestName"] = text(buf, m1, m2)
+                extended["requestMappings"].append(mapping)
+    status: Obj = {}
+    if claims:
+        status["resourceClaimStatuses"] = claims
+    if extended is not None:
+        status["extendedResourceClaimStatus"] = extended
+    return status
 
 
 def pod_from_message(buf: bytes, a: int = 0, b: int | None = None) -> Obj:

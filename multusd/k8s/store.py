@@ -7,8 +7,9 @@ nothing while it waits and wakes on the very event.
 
 Memory is upstream's most reported problem (an informer holding every full pod), so the store
 only ever holds trimmed objects: ``trim_pod`` and ``trim_nad`` keep what the daemon reads and
-drop the rest (specs, status, managedFields), and annotation keys, which repeat across pods,
-are interned. Objects handed out are the stored dicts themselves: callers must not change them.
+drop the rest (specs, status but a pod's DRA claim names, managedFields), and annotation keys,
+which repeat across pods, are interned. Objects handed out are the stored dicts themselves:
+callers must not change them.
 
 Everything here is synchronous except ``wait_for``, and runs on the event loop's thread.
 """
@@ -54,7 +55,8 @@ def _trim_metadata(meta: Obj) -> Obj:
 
 
 def trim_pod(obj: Obj) -> Obj:
-    """What the daemon reads from a pod: identity, version, annotations and the node.
+    """What the daemon reads from a pod: identity, version, annotations, the node, and the
+    names of its DRA claims (``multusd.k8s.dra``; ``status`` only when it has some).
 
     List items carry no apiVersion/kind on a real apiserver, so both are filled in here and
     every cached pod looks the same whether it came from a list or a watch event.
@@ -66,7 +68,44 @@ def trim_pod(obj: Obj) -> Obj:
     }
     node = (obj.get("spec") or {}).get("nodeName")
     trimmed["spec"] = {"nodeName": node} if node else {}
+    status = obj.get("status")
+    if isinstance(status, dict) and (claims := trim_claim_statuses(status)):
+        trimmed["status"] = claims
     return trimmed
+
+
+def trim_claim_statuses(status: Obj) -> Obj:
+    """A pod status' DRA claims, in the shape ``multusd.k8s.kproto`` decodes them to:
+    ``resourceClaimStatuses`` (``name``; ``resourceClaimName`` when set, a pointer in Go) and
+    ``extendedResourceClaimStatus`` (its claim, and each mapping's request and resource name).
+    Empty when the pod has neither: most pods, whose cached form then has no ``status``."""
+    kept: Obj = {}
+    claims = [
+        {"name": str(c.get("name") or "")}
+        | (
+            {}
+            if c.get("resourceClaimName") is None
+            else {"resourceClaimName": str(c["resourceClaimName"])}
+        )
+        for c in status.get("resourceClaimStatuses") or ()
+        if isinstance(c, dict)
+    ]
+    if claims:
+        kept["resourceClaimStatuses"] = claims
+    extended = status.get("extendedResourceClaimStatus")
+    if isinstance(extended, dict):
+        kept["extendedResourceClaimStatus"] = {
+            "requestMappings": [
+                {
+                    "requestName": str(m.get("requestName") or ""),
+                    "resourceName": str(m.get("resourceName") or ""),
+                }
+                for m in extended.get("requestMappings") or ()
+                if isinstance(m, dict)
+            ],
+            "resourceClaimName": str(extended.get("resourceClaimName") or ""),
+        }
+    return kept
 
 
 def trim_nad(obj: Obj) -> Obj:

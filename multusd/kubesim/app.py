@@ -1,7 +1,8 @@
 """The aiohttp application: one middleware for the cross-cutting request path, then routes.
 
 The middleware does, in order, what the apiserver's filter chain does before a handler: parse
-the request info (verb, resource, subresource), count it, authenticate, apply injected faults,
+the request info (verb, resource, subresource), count it, authenticate (a token or a client
+certificate: ``multusd.kubesim.authn``, whose user the handlers can read), apply injected faults,
 and turn an ``ApiError`` into a ``Status`` response. Discovery and health endpoints are never
 faulted: clients cache discovery, and a test that injects pod-list errors wants pod lists to fail,
 not kubectl's startup.
@@ -10,14 +11,13 @@ not kubectl's startup.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from multusd.kubesim import control, discovery, openapi, routes
+from multusd.kubesim import authn, control, discovery, openapi, routes
 from multusd.kubesim.errors import ApiError, internal, path_not_found, unauthorized
 from multusd.kubesim.handlers import INFO_KEY, STATE_KEY, RequestInfo, api, error_response
 from multusd.kubesim.state import State
@@ -58,19 +58,6 @@ def _record(request: web.Request, info: RequestInfo | None) -> RequestRecord:
     )
 
 
-def _authenticated(request: web.Request, state: State) -> bool:
-    token = state.settings.token
-    if token is None or request.path in _PUBLIC:
-        return True
-    header = request.headers.get("Authorization")
-    if header is None:
-        # Like the old insecure port: over plain http there is no authentication, because
-        # client-go never sends a bearer token over http (measured with kubectl 1.32).
-        return not request.secure
-    scheme, _, given = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
-
-
 _RECORD_KEY = web.RequestKey("kubesim_record", RequestRecord)
 
 
@@ -97,8 +84,10 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     request[_RECORD_KEY] = record
     status = 500
     try:
-        if not _authenticated(request, state):
+        identity = authn.authenticate(request, state, public=request.path in _PUBLIC)
+        if identity is None:
             raise unauthorized()
+        record.user = identity.name
         target = info.target
         if isinstance(target, routes.Target):
             delay = state.faults.delay_for(info.verb, target.rt.plural)
@@ -107,7 +96,9 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
             injected = state.faults.error_for(info.verb, target.rt.plural, target.subresource)
             if injected is not None:
                 raise injected
-        resp = await handler(request)
+        context = authn.RequestContext(identity, state.settings.csr_min_expiration_seconds)
+        with authn.acting(context):
+            resp = await handler(request)
         status = resp.status
         return resp
     except ApiError as err:

@@ -11,6 +11,7 @@ numbers and kinds are from ``k8s.io/api`` ``core/v1`` and ``events/v1`` and ``k8
 
 from __future__ import annotations
 
+from multusd.kubesim.certproto import CERTIFICATE_SIGNING_REQUEST
 from multusd.kubesim.podproto import (
     BOOL,
     INT,
@@ -103,5 +104,6 @@ MESSAGES: dict[tuple[str, str], Table] = {
     ("v1", "Namespace"): in_field_order(NAMESPACE),
     ("v1", "Event"): in_field_order(EVENT),
     ("events.k8s.io/v1", "Event"): in_field_order(EVENT_V1),
+    ("certificates.k8s.io/v1", "CertificateSigningRequest"): CERTIFICATE_SIGNING_REQUEST,
 }
 in_field_order(DELETE_OPTIONS)

@@ -17,6 +17,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from multusd.kubesim import certresources
+from multusd.kubesim.certresources import CERTIFICATE_SIGNING_REQUESTS
+from multusd.kubesim.draresources import RESOURCE_CLAIMS
 from multusd.kubesim.errors import bad_request, invalid, too_long
 from multusd.kubesim.resources import NAMESPACES, PODS, ResourceType
 
@@ -189,9 +192,11 @@ def prepare_create(
         meta["generation"] = 1
     else:
         meta.pop("generation", None)
-    if rt is PODS and not keep_status:
+    if (rt is PODS or rt is RESOURCE_CLAIMS) and not keep_status:
         obj.pop("status", None)
     _defaults(rt, obj)
+    if rt is CERTIFICATE_SIGNING_REQUESTS and not keep_status:
+        certresources.prepare_create(rt, obj)  # the requester, an empty status; validation
     return obj
 
 
@@ -236,7 +241,9 @@ def prepare_update(
         else:
             meta.pop(key, None)
     meta.pop("selfLink", None)
-    if "status" in rt.subresources:
+    if rt is CERTIFICATE_SIGNING_REQUESTS:
+        certresources.prepare_update(rt, new, old, subresource)  # approval and status rules
+    elif "status" in rt.subresources:
         if subresource == "status":
             if "spec" in old:
                 new["spec"] = old["spec"]

@@ -25,6 +25,7 @@ false``). Each kind was checked against the Go struct tags in ``k8s.io/api`` ``c
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from multusd.kubesim.protoencode import put_bytes, put_int, put_str, time_messag
 # Field kinds: how a JSON value becomes wire bytes (and back). INT0/BOOL0: a zero is unset
 # (Go's non-pointer omitempty fields); MICROTIME: metav1.MicroTime (microseconds kept).
 STR, INT, BOOL, MSG, STRS, MSGS, MAP, QMAP, TIME, INTSTR, INLINE, INT0, BOOL0, MICROTIME = range(14)
+BYTES = 14  # a Go []byte: raw on the wire, base64 in JSON (a CSR's request and certificate)
 VARINT_KINDS = frozenset((INT, BOOL, INT0, BOOL0))
 
 Table = dict[str, tuple[int, int, Any]]  # JSON key -> (field number, kind, message table)
@@ -235,6 +237,15 @@ POD_STATUS: Table = {
     "nominatedNodeName": (11, STR, None),
     "podIPs": (12, MSGS, {"ip": (1, STR, None)}),
     "hostIPs": (16, MSGS, {"ip": (1, STR, None)}),
+    # DRA (multusd.k8s.dra reads them): PodResourceClaimStatus, PodExtendedResourceClaimStatus.
+    "resourceClaimStatuses": (15, MSGS, {"name": (1, STR, None),
+                                         "resourceClaimName": (2, STR, None)}),
+    "extendedResourceClaimStatus": (18, MSG, {
+        "requestMappings": (1, MSGS, {"containerName": (1, STR, None),
+                                      "resourceName": (2, STR, None),
+                                      "requestName": (3, STR, None)}),
+        "resourceClaimName": (2, STR, None),
+    }),
 }  # fmt: skip
 POD: Table = {
     "metadata": (1, MSG, OBJECT_META),
@@ -308,6 +319,9 @@ def _field(out: bytearray, number: int, kind: int, sub: Any, value: Any) -> None
                 put_str(quantity, 1, str(val))
                 put_bytes(entry, 2, bytes(quantity))
             put_bytes(out, number, bytes(entry))
+    elif kind == BYTES:
+        if isinstance(value, str):
+            put_bytes(out, number, base64.b64decode(value))
     elif kind in (TIME, MICROTIME):
         stamp = time_message(value)
         if stamp is not None:

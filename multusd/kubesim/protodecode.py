@@ -22,6 +22,7 @@ type Namespace): <error> (<hex of the first 30 bytes>)" when the envelope itself
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,6 +32,7 @@ from multusd.kubesim.kindproto import DELETE_OPTIONS, MESSAGES
 from multusd.kubesim.podproto import (
     BOOL,
     BOOL0,
+    BYTES,
     INLINE,
     INT,
     INT0,
@@ -183,6 +185,8 @@ def decode_message(buf: bytes, a: int, b: int, table: Table) -> Obj:
             obj.update(decode_message(buf, x, y, sub))
         elif kind == INTSTR:
             obj[key] = _int_or_string(buf, x, y)
+        elif kind == BYTES:
+            _set(obj, key, base64.b64encode(buf[x:y]).decode("ascii") if x != y else None)
         else:  # TIME, MICROTIME
             _set(obj, key, _timestamp(buf, x, y, micro=kind == MICROTIME))
     return obj

@@ -16,11 +16,11 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from multusd.kubesim import backup, control, kubeconfig, operations, seed, tls
+from multusd.kubesim import authn, backup, control, kubeconfig, operations, seed, tls
 from multusd.kubesim.app import build_app
 from multusd.kubesim.errors import bad_request
 from multusd.kubesim.faults import Faults
@@ -28,6 +28,9 @@ from multusd.kubesim.resources import ResourceType
 from multusd.kubesim.state import Settings, State
 from multusd.kubesim.stats import Stats
 from multusd.kubesim.store import Snapshot, Store
+
+if TYPE_CHECKING:
+    from multusd.kubesim.csrsigner import Signer
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -52,6 +55,8 @@ class KubeSim:
         self._runner: web.AppRunner | None = None
         self._tmpdir: Path | None = None
         self.tls: tls.TLSMaterial | None = None
+        self.signer: Signer | None = None
+        """Issues approved certificate requests (TLS mode only: it signs with the CA)."""
         for name in DEFAULT_NAMESPACES:
             seed.apply(
                 self.state, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}]
@@ -84,8 +89,17 @@ class KubeSim:
         sockets = runner.addresses
         self._port = int(sockets[0][1])
         self.state.server_address = f"{self.host}:{self._port}"
+        if self.tls is not None:
+            # Imported here: its cryptography costs ~10 MiB, and only a CA can sign.
+            from multusd.kubesim.csrsigner import Signer
+
+            self.signer = Signer(self.state, self.tls.ca_file, self.tls.ca_key_file)
+            await self.signer.start()
 
     async def stop(self) -> None:
+        signer, self.signer = self.signer, None
+        if signer is not None:
+            await signer.stop()
         runner, self._runner = self._runner, None
         if runner is not None:
             control.drop_watches(self.state, "eof")
@@ -128,6 +142,15 @@ class KubeSim:
 
     async def write_kubeconfig(self, path: str | Path) -> Path:
         return await kubeconfig.write_kubeconfig(Path(path), self.url, self.token, self.ca_pem)
+
+    def add_token(self, token: str, user: str, groups: tuple[str, ...] = ()) -> None:
+        """Accept ``token`` as ``user`` in ``groups`` (a kubelet's ``system:node:<node>``
+        bootstrap credentials, say): ``multusd.kubesim.authn``."""
+        authn.add_token(self.state, token, user, groups)
+
+    async def write_kubeconfig_for(self, path: str | Path, token: str) -> Path:
+        """A kubeconfig like :meth:`write_kubeconfig`'s that authenticates with ``token``."""
+        return await kubeconfig.write_kubeconfig(Path(path), self.url, token, self.ca_pem)
 
     async def write_incluster(self, directory: str | Path, namespace: str = "default") -> Path:
         return await kubeconfig.write_incluster(Path(directory), self.token, self.ca_pem, namespace)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from multusd.kubesim.certresources import CERT_RESOURCES
+from multusd.kubesim.draresources import DRA_RESOURCES
 from multusd.kubesim.faults import Faults
-from multusd.kubesim.resources import Registry
+from multusd.kubesim.resources import ALL_RESOURCES, Registry
 from multusd.kubesim.stats import Stats
 from multusd.kubesim.store import Snapshot, Store
 from multusd.kubesim.watchcache import WATCH_CACHE_CAPACITY
@@ -37,12 +39,26 @@ class Settings:
     # kube-apiserver's watch cache answers it (any other version with a limit is paged, from
     # etcd). False (the default) pages every list that has a limit.
     watch_cache_ignores_limit: bool = False
+    # More bearer tokens, as (token, user, groups): kube-apiserver's --token-auth-file, for a
+    # requester with a name (a kubelet's system:node:<node>); ``token`` is the admin's
+    # (multusd.kubesim.authn). TLS client certificates from the emulator's CA authenticate too.
+    users: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    # certificates.k8s.io (multusd.kubesim.certresources, csrsigner): the shortest lifetime a
+    # CertificateSigningRequest may ask for (kube-apiserver's validation: 600 s), how far back an
+    # issued certificate's NotBefore is set (kube-controller-manager's signer: 5 min), and the
+    # longest lifetime issued (--cluster-signing-duration: a year). Tests that renew certificates
+    # within seconds lower the first two.
+    csr_min_expiration_seconds: int = 600
+    csr_backdate_seconds: float = 300.0
+    csr_signing_duration: float = 365 * 24 * 3600.0
 
 
 @dataclass(slots=True)
 class State:
     settings: Settings
-    registry: Registry = field(default_factory=Registry)
+    registry: Registry = field(
+        default_factory=lambda: Registry((*ALL_RESOURCES, *DRA_RESOURCES, *CERT_RESOURCES))
+    )
     store: Store = field(init=False)
     faults: Faults = field(default_factory=Faults)
     stats: Stats = field(init=False)

@@ -32,6 +32,7 @@ class RequestRecord:
     duration: float = 0.0
     content_type: str = ""  # of the response (shows which encoding was negotiated)
     body_type: str = ""  # Content-Type of the request body, if any (kubectl sends protobuf)
+    user: str = ""  # who sent it (multusd.kubesim.authn): a token's user or a certificate's CN
 
 
 class Stats:

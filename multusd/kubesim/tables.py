@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from multusd.kubesim.certresources import columns as cert_columns
+from multusd.kubesim.draresources import columns as dra_columns
 from multusd.kubesim.encoding import MediaRange
 from multusd.kubesim.resources import NAMESPACES, PODS, ResourceType
 
@@ -122,6 +124,10 @@ _COLUMNS: dict[str, list[Column]] = {
         ("Message", "string", 0, _path("message")),
     ],
 }
+
+
+_COLUMNS.update(dra_columns(_NAME, _AGE))
+_COLUMNS.update(cert_columns(_NAME, _AGE, human_duration))
 
 
 def _columns(rt: ResourceType) -> list[Column]:

@@ -1,9 +1,10 @@
 """A throwaway CA and serving certificate, made with the ``openssl`` command.
 
-The ``cryptography`` package is not installed in the project's environment (nothing depends on
-it), and adding a dependency for test certificates is not worth it; every machine the project
-runs on has the ``openssl`` CLI. It runs as an asyncio subprocess, so the event loop is free
-while keys are generated (P-256 keys: about 10 ms each, unlike seconds for RSA).
+Made before the ``cryptography`` package came in with per-node certificates (the CSR signer,
+``multusd.kubesim.csrsigner``, signs with it), and kept: every machine the project runs on has
+the ``openssl`` CLI, which runs as an asyncio subprocess, so the event loop is free while keys
+are generated (P-256 keys: about 10 ms each, unlike seconds for RSA). The serving context asks
+clients for a certificate from this CA (``multusd.kubesim.authn``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,19 @@ class TLSMaterial:
     key_file: Path
     ca_pem: bytes
 
+    @property
+    def ca_key_file(self) -> Path:
+        """The CA's key, beside its certificate: what the CSR signer signs with
+        (``multusd.kubesim.csrsigner``)."""
+        return self.ca_file.with_name("ca.key")
+
     def server_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
+        # Ask for a client certificate, as kube-apiserver does with --client-ca-file: one from
+        # our CA authenticates its CN (multusd.kubesim.authn); none is fine (tokens).
+        ctx.load_verify_locations(cafile=str(self.ca_file))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
         return ctx
 
     def client_context(self) -> ssl.SSLContext:

@@ -17,7 +17,7 @@ from cni_shim.errors import INVALID_NETWORK_CONFIG, CNIError
 
 
 def invalid_config(msg: str) -> CNIError:
-    """A network config Multus cannot use (CNI code 6, ``INVALID_NETWORK_CONFIG``)."""
+    """A network config Multus cannot use (CNI code 7, ``INVALID_NETWORK_CONFIG``)."""
     return CNIError(INVALID_NETWORK_CONFIG, msg)
 
 
@@ -71,7 +71,7 @@ class Delegate:
 
 
 def decode_object(data: bytes, what: str) -> dict[str, Any]:
-    """``data`` as a JSON object; the error (code 6) is ``<what>: <why>``."""
+    """``data`` as a JSON object; the error (code 7) is ``<what>: <why>``."""
     try:
         obj = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

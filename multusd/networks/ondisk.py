@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from pathlib import Path
 
-from cni_shim import gojson
-from cni_shim.errors import IO_FAILURE, CNIError
+from cni_shim.errors import INVALID_NETWORK_CONFIG, IO_FAILURE, CNIError
+from cni_shim.gosyscall import errno_text
+from multusd.cni.conf import NetworkConfigList, conflist_from_file
 from multusd.fileread import read_bytes
+from multusd.networks.chains import chain_delegate, go_dir, subdirectory_chain
 from multusd.networks.delegates import (
     Delegate,
     decode_object,
@@ -30,56 +31,43 @@ from multusd.networks.delegates import (
 )
 
 _CONFIG_SUFFIXES = (".conf", ".json", ".conflist")
-_CHAIN_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 
 
-async def _subdirectory_plugins(config_dir: Path, list_name: str) -> list[bytes]:
-    """libcni's subdirectory plugin loading: ``<dir>/<list name>/*.conf``, sorted."""
-    if not _CHAIN_NAME.match(list_name):
-        return []
-    subdir = config_dir / list_name
+async def _read_config(path: Path) -> bytes:
+    """A config file's bytes; a failure in libcni's words (``error reading <p>: open <p>: ...``,
+    code 5)."""
     try:
-        names = await asyncio.to_thread(os.listdir, subdir)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [await read_bytes(subdir / n) for n in sorted(names) if Path(n).suffix == ".conf"]
+        return await read_bytes(path)
+    except OSError as exc:
+        raise CNIError(
+            IO_FAILURE, f"error reading {path}: open {path}: {errno_text(exc.errno)}"
+        ) from exc
 
 
 async def load_conflist_file(path: Path) -> Delegate:
-    """A ``.conflist`` file as a lossless delegate (HEAD behaviour,
-    docs/upstream.md, "Delegates from config bytes").
-
-    The bytes are rebuilt from the list-level keys plus every plugin's own raw bytes, so that
-    plugin-specific keys survive to DEL (the upstream fix for leaked IPs, #1521/#1536).
-    """
+    """A ``.conflist`` file given as a path (HEAD's ``LoadChainedPluginsFromFile``): a regular
+    file, completed with the plugins of the directory named after it beside it
+    (:mod:`multusd.networks.chains`), as a lossless delegate
+    (docs/upstream.md, "Delegates from config bytes")."""
     prefix = f"error loading CNI conflist file {path}: "
-    if not await asyncio.to_thread(path.is_file):
-        raise invalid_config(prefix + "CNI configuration path is not a regular file")
-    data = await read_bytes(path)
-    conf = decode_object(data, prefix.rstrip(": "))
-    plugins = conf.get("plugins")
-    if not isinstance(plugins, list):
-        plugins = []
-    extra = [
-        decode_object(b, prefix + "subdirectory plugin")
-        for b in await _subdirectory_plugins(path.parent, str(conf.get("name", "")))
-    ]
-    plugins = [*plugins, *extra]
-    if not plugins:
-        raise invalid_config(prefix + "no plugin configs found")
-    if not all(isinstance(p, dict) for p in plugins) or not plugins[0].get("type"):
-        raise invalid_config(prefix + "a plugin delegate must have the 'type' field")
-    top = {k: conf[k] for k in sorted(conf) if k != "plugins"}
-    top["plugins"] = plugins
-    rebuilt = dict(sorted(top.items()))
-    raw = gojson.dumps(rebuilt).encode()
-    name = conf.get("name", "")
-    return Delegate(
-        raw=raw,
-        conf={k: v for k, v in rebuilt.items() if k != "plugins"},
-        name=name if isinstance(name, str) else "",
-        plugins=tuple(plugins),
-    )
+    try:
+        if not await asyncio.to_thread(path.is_file):
+            raise invalid_config("CNI configuration path is not a regular file")
+        conflist = await subdirectory_chain(await _read_config(path), go_dir(str(path)))
+    except CNIError as exc:
+        raise exc.with_prefix(prefix) from exc
+    return chain_delegate(conflist)
+
+
+async def _named_conflist(path: Path) -> NetworkConfigList:
+    """A ``.conflist`` met while looking a network up by name, read as upstream's
+    ``GetCNIConfigFromFile`` reads it (libcni ``ConfListFromFile``): its sub-directory plugins
+    are loaded, so checked, but the delegate is the file's own bytes."""
+    try:
+        return await conflist_from_file(str(path))
+    except CNIError as exc:
+        code = IO_FAILURE if exc.code == IO_FAILURE else INVALID_NETWORK_CONFIG
+        raise CNIError(code, f"error loading CNI conflist file {path}: {exc}") from exc
 
 
 async def load_conf_file(path: Path) -> Delegate:
@@ -120,8 +108,12 @@ async def find_in(files: list[Path], name: str) -> Delegate | None:
     As upstream, an unparsable file met before the match aborts the search.
     """
     for path in files:
-        is_list = path.suffix == ".conflist"
-        delegate = await (load_conflist_file(path) if is_list else load_conf_file(path))
+        if path.suffix == ".conflist":
+            listed = await _named_conflist(path)
+            if listed.name == name:
+                return delegate_from_bytes(listed.raw)
+            continue
+        delegate = await load_conf_file(path)
         if delegate.name == name:
             return delegate
     return None

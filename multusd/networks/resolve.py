@@ -10,6 +10,7 @@ cluster network alone) through :func:`cluster_network_list`. The rules for each 
 * :mod:`multusd.networks.podnetworks`: the pod's own networks, from its annotations;
 * :mod:`multusd.networks.nad_delegates`: one NetworkAttachmentDefinition as a delegate;
 * :mod:`multusd.networks.ondisk`: a config file, conflist, directory or ``confDir`` name;
+* :mod:`multusd.networks.chains`: sub-directory plugins, and the auxiliary CNI chain;
 * :mod:`multusd.networks.delegates`: the ``Delegate`` value itself.
 """
 
@@ -26,6 +27,7 @@ from multusd.cni.conf import (
     conflist_from_bytes,
     conflist_from_conf,
 )
+from multusd.networks.chains import auxiliary_chain
 from multusd.networks.cluster_network import cluster_and_default_networks, inline_delegates
 from multusd.networks.delegates import Delegate, delegate_from_bytes, with_cni_args
 from multusd.networks.nad_delegates import KubeNetworks
@@ -49,7 +51,9 @@ async def delegates_for(
     * ADD: the cluster network (or the inline delegates) and, with Kubernetes,
       ``defaultNetworks``, then the pod's default-network override and its selections, devices
       allocated; with upstream's two error prefixes (``pod_label`` names the pod), one for the
-      cluster/default networks, one for the pod's own networks (annotations).
+      cluster/default networks, one for the pod's own networks (annotations). Last, the
+      auxiliary CNI chain when ``auxiliaryCNIChainName`` gives it plugins (ADD only, as
+      upstream: a DEL finds it in the delegate cache, or not at all).
     * DEL (when the delegate cache is gone): the same list rebuilt from ``pod``, without device
       allocation; with no pod, the cluster network alone (``container_id`` names the container
       in the log).
@@ -69,11 +73,13 @@ async def delegates_for(
             f"Multus: [{pod_label}]: failed to get clusterNetwork/defaultNetworks: "
         ) from exc
     try:
-        return await with_pod_networks(netconf, pod, kube, delegates)
+        delegates = await with_pod_networks(netconf, pod, kube, delegates)
     except CNIError as exc:
         raise exc.with_prefix(
             f"Multus: [{pod_label}]: error loading k8s delegates k8s args: "
         ) from exc
+    auxiliary = await auxiliary_chain(netconf, pod_label)
+    return delegates if auxiliary is None else [*delegates, auxiliary]
 
 
 async def _rebuild(

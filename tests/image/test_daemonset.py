@@ -290,8 +290,8 @@ async def _check_daemonset(
     nad_bridge: str,
 ) -> None:
     rig, cri = daemonset.rig, daemonset.cri
-    # The init containers (in kustomize's order): the shim with its interpreter, and the
-    # plugins the node lacks, in the node's /opt/cni/bin.
+    # The init containers (in kustomize's order): the shim with its interpreter (and passthru),
+    # and the plugins the node lacks, in the node's /opt/cni/bin.
     names = {c.name for c in daemonset.configs.init_containers}
     assert names == {"install-multus-shim", KIND_INIT}, names
     await daemonset.run_init_containers()
@@ -299,6 +299,8 @@ async def _check_daemonset(
     shim = rig.bin_dir / "multus-shim"
     assert os.access(shim, os.X_OK), sorted(p.name for p in rig.bin_dir.iterdir())
     assert shim.read_bytes().startswith(b"#!/opt/cni/bin/multus-shim.d/")
+    passthru = rig.bin_dir / "passthru"  # the auxiliary chain's plugin, on the same interpreter
+    assert os.access(passthru, os.X_OK) and passthru.read_bytes().startswith(b"#!/opt/cni/bin/")
 
     # The daemon: the probes answered, 00-multus.conf written, the socket on the node.
     await daemonset.start_daemon()

@@ -28,7 +28,12 @@ async def test_discovery_documents(kubesim: KubeSim, http: aiohttp.ClientSession
     assert doc["kind"] == "APIVersions" and doc["versions"] == ["v1"]
     async with http.get("/apis") as resp:
         groups = {g["name"] for g in (await resp.json())["groups"]}
-    assert groups == {"k8s.cni.cncf.io", "events.k8s.io"}
+    assert groups == {
+        "k8s.cni.cncf.io",
+        "events.k8s.io",
+        "resource.k8s.io",
+        "certificates.k8s.io",
+    }
     async with http.get("/apis/k8s.cni.cncf.io/v1") as resp:
         doc = await resp.json()
     (nad,) = doc["resources"]

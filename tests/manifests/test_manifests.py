@@ -278,6 +278,13 @@ DAEMON_CALLS = {
     ("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
     ("k8s.cni.cncf.io", "network-attachment-definitions", "watch"),
     ("", "events", "create"),
+    # DRA (multusd/k8s/dra.py) calls get on resourceclaims and list on resourceslices; the
+    # role grants the resource.k8s.io reads exactly as upstream HEAD's does (its deployments/).
+    *(
+        ("resource.k8s.io", resource, verb)
+        for resource in ("resourceclaims", "resourceclaims/status", "resourceslices")
+        for verb in ("get", "list")
+    ),
 }
 
 

@@ -165,7 +165,8 @@ async def test_conflist_file_errors(tmp_path: Path) -> None:
     )
     untyped = write(tmp_path / "untyped.conflist", {"name": "u", "plugins": [{"x": 1}]})
     assert await invalid_async(load_conflist_file, untyped) == (
-        f"error loading CNI conflist file {untyped}: a plugin delegate must have the 'type' field"
+        f"error loading CNI conflist file {untyped}: error loading network config from bytes: "
+        "failed to parse plugin config 0: error parsing configuration: missing 'type'"
     )
     directory = tmp_path / "dir.conflist"
     directory.mkdir()
