@@ -52,31 +52,47 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def pod_event(pod: dict[str, Any], event_type: str, reason: str, message: str) -> dict[str, Any]:
-    """A core/v1 Event about ``pod``, shaped as client-go's recorder makes them."""
-    meta = pod.get("metadata", {})
-    namespace, name = meta.get("namespace", "default"), meta.get("name", "")
+def object_event(
+    obj: dict[str, Any],
+    kind: tuple[str, str],
+    event_type: str,
+    reason: str,
+    message: str,
+    *,
+    component: str = COMPONENT,
+) -> dict[str, Any]:
+    """A core/v1 Event about ``obj`` (``kind``: its apiVersion and kind), shaped as client-go's
+    recorder makes them: in the object's namespace, or ``default`` for a cluster-scoped one."""
+    meta = obj.get("metadata") or {}
+    name, namespace = str(meta.get("name", "")), meta.get("namespace")
+    involved = {"apiVersion": kind[0], "kind": kind[1]}
+    if namespace is not None:
+        involved["namespace"] = namespace
     stamp = _now()
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace or "default"},
         "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": namespace,
+            **involved,
             "name": name,
             "uid": meta.get("uid", ""),
             "resourceVersion": meta.get("resourceVersion", ""),
         },
         "reason": reason,
         "message": message,
-        "source": {"component": COMPONENT},
+        "source": {"component": component},
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
         "count": 1,
         "type": event_type,
     }
+
+
+def pod_event(pod: dict[str, Any], event_type: str, reason: str, message: str) -> dict[str, Any]:
+    """A core/v1 Event about ``pod`` (a pod without a namespace is ``default``'s)."""
+    meta = {"namespace": "default", **(pod.get("metadata") or {})}
+    return object_event({**pod, "metadata": meta}, ("v1", "Pod"), event_type, reason, message)
 
 
 class EventRecorder:

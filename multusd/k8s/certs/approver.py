@@ -45,6 +45,7 @@ from multusd.k8s.certs.csr import CSR_PATH, KUBE_APISERVER_CLIENT
 from multusd.k8s.certs.keys import CertificateError, parse_request_subject
 from multusd.k8s.client import KubeClient
 from multusd.k8s.errors import ApiError
+from multusd.k8s.events import object_event
 from multusd.k8s.reflector.loop import Reflector
 from multusd.k8s.store import ADDED, MODIFIED, Store, key_of
 
@@ -226,28 +227,8 @@ def approval_body(csr: Obj) -> Obj:
 def csr_event(csr: Obj, event_type: str, reason: str, message: str) -> Obj:
     """An Event about ``csr`` as client-go's recorder makes one for a cluster-scoped object
     (in the ``default`` namespace), from the component ``cert-approver``."""
-    meta = csr.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": "default"},
-        "involvedObject": {
-            "apiVersion": "certificates.k8s.io/v1",
-            "kind": "CertificateSigningRequest",
-            "name": name,
-            "uid": meta.get("uid", ""),
-            "resourceVersion": meta.get("resourceVersion", ""),
-        },
-        "reason": reason,
-        "message": message,
-        "source": {"component": COMPONENT},
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-        "type": event_type,
-    }
+    kind = ("certificates.k8s.io/v1", "CertificateSigningRequest")
+    return object_event(csr, kind, event_type, reason, message, component=COMPONENT)
 
 
 class _Arrivals(Store):
