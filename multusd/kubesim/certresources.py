@@ -36,7 +36,7 @@ from typing import Any
 
 from multusd.kubesim import authn
 from multusd.kubesim.errors import ApiError
-from multusd.kubesim.resources import ResourceType
+from multusd.kubesim.resources import ResourceType, dig, field_text
 
 __all__ = [
     "CERTIFICATE_SIGNING_REQUESTS",
@@ -54,31 +54,17 @@ APPROVAL_TYPES = ("Approved", "Denied")
 _PEM_REQUEST = b"-----BEGIN CERTIFICATE REQUEST-----"
 
 
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
-    return obj
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def _csr_fields(obj: JsonObj) -> Mapping[str, str]:
     return {
-        "metadata.name": _text(_get(obj, "metadata", "name")),
-        "spec.signerName": _text(_get(obj, "spec", "signerName")),
+        "metadata.name": field_text(dig(obj, "metadata", "name")),
+        "spec.signerName": field_text(dig(obj, "spec", "signerName")),
     }
 
 
 def _node_fields(obj: JsonObj) -> Mapping[str, str]:
     return {
-        "metadata.name": _text(_get(obj, "metadata", "name")),
-        "spec.unschedulable": _text(bool(_get(obj, "spec", "unschedulable"))),
+        "metadata.name": field_text(dig(obj, "metadata", "name")),
+        "spec.unschedulable": field_text(bool(dig(obj, "spec", "unschedulable"))),
     }
 
 
@@ -140,7 +126,7 @@ def _object(value: Any) -> JsonObj:
 
 
 def _validate_create(rt: ResourceType, obj: JsonObj, minimum: int) -> None:
-    name = str(_get(obj, "metadata", "name") or "")
+    name = str(dig(obj, "metadata", "name") or "")
     spec = _object(obj.get("spec"))
     causes: list[tuple[str, str, str]] = []
     request = spec.get("request")
@@ -198,7 +184,7 @@ def _condition_timestamps(new: list[JsonObj], old: list[JsonObj]) -> None:
 
 
 def _conditions(obj: JsonObj) -> list[JsonObj]:
-    conditions = _get(obj, "status", "conditions")
+    conditions = dig(obj, "status", "conditions")
     return [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
 
 
@@ -261,7 +247,7 @@ def _condition_column(obj: JsonObj) -> str:
         text = "Pending"
     if "Failed" in types:
         text += ",Failed"
-    if _get(obj, "status", "certificate"):
+    if dig(obj, "status", "certificate"):
         text += ",Issued"
     return text
 
@@ -273,11 +259,11 @@ def columns(
     first ones), around the NAME and AGE columns of ``multusd.kubesim.tables``."""
 
     def requested(obj: JsonObj) -> str:
-        seconds = _get(obj, "spec", "expirationSeconds")
+        seconds = dig(obj, "spec", "expirationSeconds")
         return "<none>" if seconds is None else human_duration(float(seconds))
 
     def text(*path: str) -> Callable[[JsonObj], str]:
-        return lambda obj: _text(_get(obj, *path)) or "<none>"
+        return lambda obj: field_text(dig(obj, *path)) or "<none>"
 
     return {
         CERTIFICATE_SIGNING_REQUESTS.kind: [

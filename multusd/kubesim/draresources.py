@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from multusd.kubesim.resources import ResourceType
+from multusd.kubesim.resources import ResourceType, dig, field_text
 
 __all__ = ["DRA_RESOURCES", "RESOURCE_CLAIMS", "RESOURCE_SLICES", "columns"]
 
@@ -30,28 +30,18 @@ GROUP = "resource.k8s.io"
 VERSION = "v1"
 
 
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
-    return obj
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
 def _claim_fields(obj: JsonObj) -> Mapping[str, str]:
     return {
-        "metadata.name": _text(_get(obj, "metadata", "name")),
-        "metadata.namespace": _text(_get(obj, "metadata", "namespace")),
+        "metadata.name": field_text(dig(obj, "metadata", "name")),
+        "metadata.namespace": field_text(dig(obj, "metadata", "namespace")),
     }
 
 
 def _slice_fields(obj: JsonObj) -> Mapping[str, str]:
     return {
-        "metadata.name": _text(_get(obj, "metadata", "name")),
-        "spec.nodeName": _text(_get(obj, "spec", "nodeName")),
-        "spec.driver": _text(_get(obj, "spec", "driver")),
+        "metadata.name": field_text(dig(obj, "metadata", "name")),
+        "spec.nodeName": field_text(dig(obj, "spec", "nodeName")),
+        "spec.driver": field_text(dig(obj, "spec", "driver")),
     }
 
 
@@ -88,7 +78,7 @@ DRA_RESOURCES: tuple[ResourceType, ...] = (RESOURCE_CLAIMS, RESOURCE_SLICES)
 def _claim_state(obj: JsonObj) -> str:
     """kubectl's ``resourceClaimState``: deleted, pending or allocated, then reserved."""
     states = []
-    deleting = bool(_get(obj, "metadata", "deletionTimestamp"))
+    deleting = bool(dig(obj, "metadata", "deletionTimestamp"))
     if deleting:
         states.append("deleted")
     status = obj.get("status") or {}
@@ -103,7 +93,7 @@ def _claim_state(obj: JsonObj) -> str:
 
 
 def _cell(*path: str) -> Callable[[JsonObj], str]:
-    return lambda obj: _text(_get(obj, *path))
+    return lambda obj: field_text(dig(obj, *path))
 
 
 def columns(name: Column, age: Column) -> dict[str, list[Column]]:

@@ -15,7 +15,8 @@ JsonObj = dict[str, Any]
 FieldExtractor = Callable[[JsonObj], Mapping[str, str]]
 
 
-def _dig(obj: JsonObj, *path: str) -> Any:
+def dig(obj: JsonObj, *path: str) -> Any:
+    """The value at ``path`` in nested mappings, ``None`` where one is missing."""
     cur: Any = obj
     for part in path:
         if not isinstance(cur, dict):
@@ -24,7 +25,7 @@ def _dig(obj: JsonObj, *path: str) -> Any:
     return cur
 
 
-def _text(value: Any) -> str:
+def field_text(value: Any) -> str:
     """Render a field for selector matching the way the apiserver does (Go's fmt of the value)."""
     if value is None:
         return ""
@@ -34,9 +35,9 @@ def _text(value: Any) -> str:
 
 
 def _meta_fields(obj: JsonObj, *, namespaced: bool) -> dict[str, str]:
-    fields = {"metadata.name": _text(_dig(obj, "metadata", "name"))}
+    fields = {"metadata.name": field_text(dig(obj, "metadata", "name"))}
     if namespaced:
-        fields["metadata.namespace"] = _text(_dig(obj, "metadata", "namespace"))
+        fields["metadata.namespace"] = field_text(dig(obj, "metadata", "namespace"))
     return fields
 
 
@@ -45,14 +46,14 @@ def _pod_fields(obj: JsonObj) -> Mapping[str, str]:
     fields = _meta_fields(obj, namespaced=True)
     fields.update(
         {
-            "spec.nodeName": _text(_dig(obj, "spec", "nodeName")),
-            "spec.restartPolicy": _text(_dig(obj, "spec", "restartPolicy")),
-            "spec.schedulerName": _text(_dig(obj, "spec", "schedulerName")),
-            "spec.serviceAccountName": _text(_dig(obj, "spec", "serviceAccountName")),
-            "spec.hostNetwork": _text(bool(_dig(obj, "spec", "hostNetwork"))),
-            "status.phase": _text(_dig(obj, "status", "phase")),
-            "status.podIP": _text(_dig(obj, "status", "podIP")),
-            "status.nominatedNodeName": _text(_dig(obj, "status", "nominatedNodeName")),
+            "spec.nodeName": field_text(dig(obj, "spec", "nodeName")),
+            "spec.restartPolicy": field_text(dig(obj, "spec", "restartPolicy")),
+            "spec.schedulerName": field_text(dig(obj, "spec", "schedulerName")),
+            "spec.serviceAccountName": field_text(dig(obj, "spec", "serviceAccountName")),
+            "spec.hostNetwork": field_text(bool(dig(obj, "spec", "hostNetwork"))),
+            "status.phase": field_text(dig(obj, "status", "phase")),
+            "status.podIP": field_text(dig(obj, "status", "podIP")),
+            "status.nominatedNodeName": field_text(dig(obj, "status", "nominatedNodeName")),
         }
     )
     return fields
@@ -60,18 +61,18 @@ def _pod_fields(obj: JsonObj) -> Mapping[str, str]:
 
 def _namespace_fields(obj: JsonObj) -> Mapping[str, str]:
     fields = _meta_fields(obj, namespaced=False)
-    fields["status.phase"] = _text(_dig(obj, "status", "phase"))
+    fields["status.phase"] = field_text(dig(obj, "status", "phase"))
     return fields
 
 
 def _core_event_fields(obj: JsonObj) -> Mapping[str, str]:
     fields = _meta_fields(obj, namespaced=True)
     for key in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"):
-        fields[f"involvedObject.{key}"] = _text(_dig(obj, "involvedObject", key))
-    fields["reason"] = _text(obj.get("reason"))
-    fields["reportingComponent"] = _text(obj.get("reportingComponent"))
-    fields["source"] = _text(_dig(obj, "source", "component"))
-    fields["type"] = _text(obj.get("type"))
+        fields[f"involvedObject.{key}"] = field_text(dig(obj, "involvedObject", key))
+    fields["reason"] = field_text(obj.get("reason"))
+    fields["reportingComponent"] = field_text(obj.get("reportingComponent"))
+    fields["source"] = field_text(dig(obj, "source", "component"))
+    fields["type"] = field_text(obj.get("type"))
     return fields
 
 
