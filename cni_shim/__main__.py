@@ -82,20 +82,9 @@ def main() -> None:
         sys.exit(0)
 
     from cni_shim import shim
+    from cni_shim.process import run_plugin
 
-    stdin = sys.stdin.buffer if sys.stdin is not None else b""
-    encoding = sys.getfilesystemencoding()  # how os.environ decodes it
-    environ = {
-        k.decode(encoding, "surrogateescape"): v.decode(encoding, "surrogateescape")
-        for k, v in posix.environ.items()
-    }
-    code = shim.main(environ, stdin, sys.stdout.buffer, sys.stderr.buffer)
-    # Flush, then skip interpreter teardown (module and GC finalisation): it costs ~3 ms per
-    # pod sandbox and there is nothing left to clean up.
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.flush()
-    posix._exit(code)
+    run_plugin(shim.main, posix.environ)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from cni_shim.errors import (
     CNIError,
 )
 from cni_shim.goquote import go_quote
+from cni_shim.process import run_plugin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -224,17 +225,7 @@ def main() -> None:
     if posix.environ.get(b"CNI_COMMAND") == b"VERSION":
         sys.stdout.write(VERSION_OUTPUT)
         sys.exit(0)
-    encoding = sys.getfilesystemencoding()  # how os.environ decodes it
-    environ = {
-        k.decode(encoding, "surrogateescape"): v.decode(encoding, "surrogateescape")
-        for k, v in posix.environ.items()
-    }
-    stdin = sys.stdin.buffer if sys.stdin is not None else b""
-    code = run(environ, stdin, sys.stdout.buffer, sys.stderr.buffer)
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.flush()
-    posix._exit(code)
+    run_plugin(run, posix.environ)
 
 
 if __name__ == "__main__":
