@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from cni_shim.errors import INVALID_ENVIRONMENT, CNIError
 from multusd.k8s import checkpoint, dra, podresources
 
-__all__ = ["DeviceMap", "device_map_for_pod", "device_map_for_pod_object", "kubelet_devices"]
+__all__ = ["DeviceMap", "device_map_for_pod_object", "kubelet_devices"]
 
 log = logging.getLogger(__name__)
 
@@ -78,29 +78,6 @@ class DeviceMap:
         return f"DeviceMap({self._devices!r})"
 
 
-async def device_map_for_pod(
-    namespace: str,
-    name: str,
-    uid: str,
-    *,
-    socket_path: str = podresources.KUBELET_SOCKET,
-    checkpoint_path: str = checkpoint.CHECKPOINT_PATH,
-    timeout: float = 10.0,  # noqa: ASYNC109 - a gRPC deadline, sent to the kubelet too
-) -> DeviceMap:
-    """The devices the kubelet allocated to pod ``namespace/name`` (UID ``uid``), as a map.
-
-    The kubelet socket is preferred whenever it exists (even if nothing listens on it, as
-    upstream: ``os.Stat`` decides); the checkpoint file matches by pod UID, the socket by name.
-    Failures raise ``CNIError`` with upstream's message chain.
-    """
-    return DeviceMap(
-        await kubelet_devices(
-            namespace, name, uid,
-            socket_path=socket_path, checkpoint_path=checkpoint_path, timeout=timeout,
-        )
-    )  # fmt: skip
-
-
 async def kubelet_devices(
     namespace: str,
     name: str,
@@ -110,8 +87,13 @@ async def kubelet_devices(
     checkpoint_path: str = checkpoint.CHECKPOINT_PATH,
     timeout: float = 10.0,  # noqa: ASYNC109 - a gRPC deadline, sent to the kubelet too
 ) -> dict[str, list[str]]:
-    """Resource name -> device IDs (unsorted) from the kubelet: ``device_map_for_pod``'s
-    source, kept apart so that DRA's devices can join them before the map sorts them."""
+    """Resource name -> device IDs (unsorted) the kubelet allocated to pod ``namespace/name``
+    (UID ``uid``), kept apart from the map so that DRA's devices can join them before it sorts.
+
+    The kubelet socket is preferred whenever it exists (even if nothing listens on it, as
+    upstream: ``os.Stat`` decides); the checkpoint file matches by pod UID, the socket by name.
+    Failures raise ``CNIError`` with upstream's message chain.
+    """
     if await asyncio.to_thread(os.path.exists, socket_path):
         listing = podresources.list_pod_resources(socket_path, timeout)
         reply, client_repr = await _resource_client(listing)

@@ -33,7 +33,7 @@ from cni_shim.errors import (
     TRY_AGAIN_LATER,
     CNIError,
 )
-from multusd.k8s.devices import DeviceMap, device_map_for_pod, device_map_for_pod_object
+from multusd.k8s.devices import DeviceMap, device_map_for_pod_object, kubelet_devices
 from multusd.k8s.devinfo import (
     copy_device_plugin_info,
     device_info_file_path,
@@ -190,7 +190,7 @@ def paths(tmp: Path) -> Paths:
 
 async def test_kubelet_map_concatenates_containers_and_sorts(short_tmp: Path) -> None:
     async with fake_kubelet(short_tmp / "kubelet.sock", replying(REPLY)) as requests:
-        devices = await device_map_for_pod("default", "web", "uid-ignored", **paths(short_tmp))
+        devices = await _device_map("default", "web", "uid-ignored", **paths(short_tmp))
     assert requests == [b""]  # ListPodResourcesRequest{} encodes as nothing
     assert devices.resources == {
         SRIOV: ("0000:03:00.1", "0000:03:00.2", "0000:03:00.3"),
@@ -200,7 +200,7 @@ async def test_kubelet_map_concatenates_containers_and_sorts(short_tmp: Path) ->
 
 async def test_next_device_walks_each_resource_on_its_own(short_tmp: Path) -> None:
     async with fake_kubelet(short_tmp / "kubelet.sock", replying(REPLY)):
-        devices = await device_map_for_pod("default", "web", "", **paths(short_tmp))
+        devices = await _device_map("default", "web", "", **paths(short_tmp))
     assert devices.next_device(SRIOV) == "0000:03:00.1"
     assert devices.next_device(GPU) == "gpu-0"
     assert devices.next_device(SRIOV) == "0000:03:00.2"
@@ -214,8 +214,8 @@ async def test_next_device_walks_each_resource_on_its_own(short_tmp: Path) -> No
 
 async def test_pod_not_listed_gives_an_empty_map(short_tmp: Path) -> None:
     async with fake_kubelet(short_tmp / "kubelet.sock", replying(REPLY)):
-        devices = await device_map_for_pod("default", "nobody", "", **paths(short_tmp))
-        empty = await device_map_for_pod("default", "web", "", **paths(short_tmp))
+        devices = await _device_map("default", "nobody", "", **paths(short_tmp))
+        empty = await _device_map("default", "web", "", **paths(short_tmp))
     assert len(devices) == 0
     assert devices.next_device(SRIOV) == ""
     assert len(empty) == 2
@@ -231,7 +231,7 @@ async def test_pod_object_reads_metadata(short_tmp: Path) -> None:
 async def test_pod_without_name_fails_after_the_list_as_upstream(short_tmp: Path) -> None:
     async with fake_kubelet(short_tmp / "kubelet.sock", replying(REPLY)) as requests:
         with pytest.raises(CNIError) as failure:
-            await device_map_for_pod("default", "", "uid", **paths(short_tmp))
+            await _device_map("default", "", "uid", **paths(short_tmp))
     assert len(requests) == 1
     assert failure.value.code == INVALID_ENVIRONMENT
     assert failure.value.msg == (
@@ -252,7 +252,7 @@ async def test_a_failing_kubelet_gives_upstreams_error_text(short_tmp: Path) -> 
 
     async with fake_kubelet(short_tmp / "kubelet.sock", deny):
         with pytest.raises(CNIError) as failure:
-            await device_map_for_pod("default", "web", "", **paths(short_tmp))
+            await _device_map("default", "web", "", **paths(short_tmp))
     assert failure.value.code == INTERNAL
     assert rpc_failure("PermissionDenied", "not for you").fullmatch(failure.value.msg)
 
@@ -266,7 +266,7 @@ async def test_a_slow_kubelet_hits_the_deadline(short_tmp: Path) -> None:
 
     async with fake_kubelet(short_tmp / "kubelet.sock", stall):
         with pytest.raises(CNIError) as failure:
-            await device_map_for_pod("default", "web", "", timeout=0.3, **paths(short_tmp))
+            await _device_map("default", "web", "", timeout=0.3, **paths(short_tmp))
         release.set()
     assert failure.value.code == TRY_AGAIN_LATER
     assert rpc_failure("DeadlineExceeded", "context deadline exceeded").fullmatch(failure.value.msg)
@@ -278,7 +278,7 @@ async def test_a_socket_nobody_listens_on_is_unavailable(short_tmp: Path) -> Non
     stale.close()  # the file stays, as after a kubelet crash
     (short_tmp / "kubelet_internal_checkpoint").write_text('{"Data": {}}')
     with pytest.raises(CNIError) as failure:
-        await device_map_for_pod("default", "web", "", **paths(short_tmp))
+        await _device_map("default", "web", "", **paths(short_tmp))
     # The socket existing is what counts (upstream's os.Stat): no checkpoint fallback.
     assert failure.value.code == TRY_AGAIN_LATER
     assert failure.value.msg.startswith(CLIENT_PREFIX)
@@ -303,7 +303,7 @@ async def test_a_malformed_reply_is_a_decoding_failure(
 ) -> None:
     async with fake_kubelet(short_tmp / "kubelet.sock", replying(reply)):
         with pytest.raises(CNIError) as failure:
-            await device_map_for_pod("default", "web", "", **paths(short_tmp))
+            await _device_map("default", "web", "", **paths(short_tmp))
     assert failure.value.code == DECODING_FAILURE
     assert failure.value.msg.startswith(CLIENT_PREFIX)
     assert "rpc error: code = Internal desc = grpc: failed to unmarshal the received message: " in (
@@ -318,7 +318,7 @@ async def test_groups_and_unknown_wire_types_are_skipped(short_tmp: Path) -> Non
         pod("web", "default", container("c", container_devices(GPU, ["g1"]))) + group
     )
     async with fake_kubelet(short_tmp / "kubelet.sock", replying(reply)):
-        devices = await device_map_for_pod("default", "web", "", **paths(short_tmp))
+        devices = await _device_map("default", "web", "", **paths(short_tmp))
     assert devices.resources == {GPU: ("g1",)}
 
 
@@ -329,7 +329,7 @@ async def test_big_replies_fit_in_16_mib(short_tmp: Path) -> None:
     )
     assert 4 * 1024 * 1024 < len(reply) < 16 * 1024 * 1024  # above grpc's default 4 MiB limit
     async with fake_kubelet(short_tmp / "kubelet.sock", replying(reply)):
-        devices = await device_map_for_pod("default", "web", "", **paths(short_tmp))
+        devices = await _device_map("default", "web", "", **paths(short_tmp))
     assert devices.resources == {GPU: ("g",)}
 
 
@@ -373,13 +373,13 @@ CHECKPOINT = checkpoint(
 
 async def test_checkpoint_when_there_is_no_socket(short_tmp: Path) -> None:
     (short_tmp / "kubelet_internal_checkpoint").write_text(CHECKPOINT)
-    devices = await device_map_for_pod("default", "web", "uid-1", **paths(short_tmp))
+    devices = await _device_map("default", "web", "uid-1", **paths(short_tmp))
     assert devices.resources == {
         SRIOV: ("0000:03:00.1", "0000:03:00.2", "0000:03:00.3"),
         GPU: ("gpu-a", "gpu-b"),
     }
     assert devices.next_device(SRIOV) == "0000:03:00.1"
-    other = await device_map_for_pod("default", "web", "uid-3", **paths(short_tmp))
+    other = await _device_map("default", "web", "uid-3", **paths(short_tmp))
     assert len(other) == 0
 
 
@@ -390,14 +390,14 @@ async def test_checkpoint_keys_match_as_go_does(short_tmp: Path) -> None:
         ' "deviceids": {"0": ["b", "a"]}}, null]}, "Checksum": null}'
     )
     (short_tmp / "kubelet_internal_checkpoint").write_text(doc)
-    devices = await device_map_for_pod("default", "web", "u", **paths(short_tmp))
+    devices = await _device_map("default", "web", "u", **paths(short_tmp))
     assert devices.resources == {"r": ("a", "b")}
 
 
 async def test_checkpoint_needs_the_pod_uid(short_tmp: Path) -> None:
     (short_tmp / "kubelet_internal_checkpoint").write_text(CHECKPOINT)
     with pytest.raises(CNIError) as failure:
-        await device_map_for_pod("default", "web", "", **paths(short_tmp))
+        await _device_map("default", "web", "", **paths(short_tmp))
     assert failure.value.code == INVALID_ENVIRONMENT
     assert failure.value.msg == (
         "getKubernetesDelegate: failed to get resourceMap from ResourceClient: "
@@ -435,7 +435,7 @@ async def test_a_checkpoint_go_cannot_decode_fails_the_same_way(
 ) -> None:
     (short_tmp / "kubelet_internal_checkpoint").write_text(doc)
     with pytest.raises(CNIError) as failure:
-        await device_map_for_pod("default", "web", "u", **paths(short_tmp))
+        await _device_map("default", "web", "u", **paths(short_tmp))
     assert failure.value.code == DECODING_FAILURE
     assert failure.value.msg == (
         "getKubernetesDelegate: failed to get a ResourceClient instance: "
@@ -446,7 +446,7 @@ async def test_a_checkpoint_go_cannot_decode_fails_the_same_way(
 async def test_invalid_json_checkpoint_fails(short_tmp: Path) -> None:
     (short_tmp / "kubelet_internal_checkpoint").write_text('{"Data": NaN}')
     with pytest.raises(CNIError) as failure:
-        await device_map_for_pod("default", "web", "u", **paths(short_tmp))
+        await _device_map("default", "web", "u", **paths(short_tmp))
     assert failure.value.code == DECODING_FAILURE
     assert failure.value.msg.startswith(
         "getKubernetesDelegate: failed to get a ResourceClient instance: "
@@ -458,7 +458,7 @@ async def test_an_unreadable_checkpoint_fails_with_the_path_error(short_tmp: Pat
     target = short_tmp / "kubelet_internal_checkpoint"
     target.mkdir()
     with pytest.raises(CNIError) as failure:
-        await device_map_for_pod("default", "web", "u", **paths(short_tmp))
+        await _device_map("default", "web", "u", **paths(short_tmp))
     assert failure.value.code == IO_FAILURE
     assert failure.value.msg == (
         "getKubernetesDelegate: failed to get a ResourceClient instance: "
@@ -467,7 +467,7 @@ async def test_an_unreadable_checkpoint_fails_with_the_path_error(short_tmp: Pat
 
 
 async def test_neither_socket_nor_checkpoint_is_an_empty_map(short_tmp: Path) -> None:
-    devices = await device_map_for_pod("default", "web", "", **paths(short_tmp))
+    devices = await _device_map("default", "web", "", **paths(short_tmp))
     assert isinstance(devices, DeviceMap)
     assert len(devices) == 0
     assert devices.next_device(SRIOV) == ""
@@ -566,3 +566,8 @@ async def test_device_ids_with_slashes_name_the_plugin_file(short_tmp: Path) -> 
     assert copied is not None
     assert os.path.basename(copied) == "ns-net-cid_net1"
     assert await load_device_info(copied) == {"type": "vdpa", "vdpa": {"path": "/dev/vhost-vdpa-0"}}
+
+
+async def _device_map(namespace: str, name: str, uid: str, **paths: str) -> DeviceMap:
+    """The kubelet's devices for one pod, as the map the daemon builds of them."""
+    return DeviceMap(await kubelet_devices(namespace, name, uid, **paths))
